@@ -1,0 +1,78 @@
+// Command searchsync keeps Elasticsearch and OpenSearch indexes in step with a
+// PostgreSQL transactional outbox. Run `searchsync --help` for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/logging"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// Globals are the flags every command takes.
+type Globals struct {
+	Config   string `short:"c" env:"SEARCHSYNC_CONFIG" help:"Configuration file (YAML)." type:"path"`
+	LogLevel string `env:"SEARCHSYNC_LOG_LEVEL" help:"Override log.level (debug, info, warn, error)."`
+}
+
+// CLI is the command tree.
+type CLI struct {
+	Globals
+
+	Migrate MigrateCmd       `cmd:"" help:"Create or upgrade the outbox schema."`
+	Version kong.VersionFlag `help:"Print the version."`
+}
+
+// env is what every command receives: the loaded configuration and a logger.
+type env struct {
+	ctx    context.Context
+	cfg    *config.Config
+	logger *slog.Logger
+}
+
+func (g *Globals) load(ctx context.Context) (*env, error) {
+	cfg, err := config.Load(g.Config)
+	if err != nil {
+		return nil, err
+	}
+	if g.LogLevel != "" {
+		cfg.Log.Level = g.LogLevel
+	}
+	logger, err := logging.New(os.Stderr, cfg.Log.Format, cfg.Log.Level)
+	if err != nil {
+		return nil, err
+	}
+	return &env{ctx: ctx, cfg: cfg, logger: logger}, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var cli CLI
+	k := kong.Parse(&cli,
+		kong.Name("searchsync"),
+		kong.Description("Keeps Elasticsearch and OpenSearch indexes in step with a PostgreSQL transactional outbox."),
+		kong.UsageOnError(),
+		kong.Vars{"version": version},
+		kong.BindTo(ctx, (*context.Context)(nil)),
+	)
+	k.Bind(&cli.Globals)
+	if err := k.Run(); err != nil {
+		if errors.Is(err, context.Canceled) {
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "searchsync:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,492 @@
+// Package config owns searchsync's configuration: one YAML file plus
+// environment overrides, with defaults filled in and every value validated at
+// start-up. A bad file stops start-up with an error that names the file, the key
+// (with its line) and the reason.
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// Config is the whole configuration. The zero value of every field means its
+// default, given in the field's comment.
+type Config struct {
+	Database   Database   `yaml:"database"`
+	Relay      Relay      `yaml:"relay"`
+	HTTP       HTTP       `yaml:"http"`
+	Log        Log        `yaml:"log"`
+	Compaction Compaction `yaml:"compaction"`
+	Engine     Engine     `yaml:"engine"`
+	Consumers  []Consumer `yaml:"consumers"`
+	Routes     []Route    `yaml:"routes"`
+
+	// file is where the configuration came from ("" for defaults only).
+	file string
+	// ast is the parsed file, used to point errors at a line.
+	ast *astFile
+}
+
+// Database says where the outbox lives.
+type Database struct {
+	// URL is a PostgreSQL connection string. Env DATABASE_URL overrides it.
+	// Required.
+	URL string `yaml:"url"`
+	// Schema holds the outbox tables. Default "mdm". Env SEARCHSYNC_SCHEMA.
+	Schema string `yaml:"schema"`
+	// MaxConns bounds the relay's connection pool. Default 10.
+	MaxConns int32 `yaml:"max_conns"`
+}
+
+// Relay tunes claiming and acknowledging.
+type Relay struct {
+	// Partitions spreads aggregates over this many partitions, each owned by
+	// one relay at a time. Default 32. Every relay of one database must agree.
+	Partitions int `yaml:"partitions"`
+	// BatchSize is the most events claimed at once. Default 500.
+	BatchSize int `yaml:"batch_size"`
+	// PollInterval is the fallback wake-up when no NOTIFY arrives. Default 1s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// LeaseTTL is how long a partition lease lives without a heartbeat.
+	// Default 15s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// MaxAttempts is the number of failed deliveries after which an event
+	// becomes failed. Default 10.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Backoff moves available_at after a failed delivery.
+	Backoff Backoff `yaml:"backoff"`
+}
+
+// Backoff is exponential with jitter and a cap.
+type Backoff struct {
+	// Initial is the first delay. Default 1s.
+	Initial time.Duration `yaml:"initial"`
+	// Max caps each delay. Default 10m.
+	Max time.Duration `yaml:"max"`
+	// Multiplier grows the delay per attempt. Default 2.
+	Multiplier float64 `yaml:"multiplier"`
+	// Jitter is the randomization factor in [0,1). Default 0.2.
+	Jitter float64 `yaml:"jitter"`
+}
+
+// HTTP is the relay's HTTP listener (metrics, health, dashboard).
+type HTTP struct {
+	// Listen is host:port. Default "127.0.0.1:8080". Env SEARCHSYNC_HTTP_LISTEN.
+	Listen string `yaml:"listen"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is auto (tint on a terminal, JSON otherwise), text or json.
+	// Default auto.
+	Format string `yaml:"format"`
+}
+
+// Compaction configures the outbox_compact job.
+type Compaction struct {
+	// Retention keeps dispatched events this long after dispatched_at.
+	// Default 240h (10 days, the spec's retention).
+	Retention time.Duration `yaml:"retention"`
+	// Interval between scheduled runs. Default 1h. Negative disables the
+	// schedule (on demand only).
+	Interval time.Duration `yaml:"interval"`
+	// BatchSize is the most rows deleted per statement. Default 1000.
+	BatchSize int `yaml:"batch_size"`
+}
+
+// Engine is the search engine.
+type Engine struct {
+	// Kind is opensearch or elasticsearch. Default opensearch.
+	Kind string `yaml:"kind"`
+	// URLs of the engine's HTTP endpoints. Env SEARCHSYNC_ENGINE_URL (comma
+	// separated). Default http://127.0.0.1:9200.
+	URLs []string `yaml:"urls"`
+	// Username and Password for basic auth. Env SEARCHSYNC_ENGINE_USERNAME,
+	// SEARCHSYNC_ENGINE_PASSWORD.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+// Consumer is one delivery target.
+type Consumer struct {
+	// Name identifies the consumer in routes, last_error and metrics. Required,
+	// unique.
+	Name string `yaml:"name"`
+	// Type is webhook, nats or search. Required.
+	Type string `yaml:"type"`
+	// Webhook configures a webhook consumer.
+	Webhook *Webhook `yaml:"webhook"`
+	// Nats configures a NATS JetStream consumer.
+	Nats *Nats `yaml:"nats"`
+	// Search configures a search-engine consumer.
+	Search *Search `yaml:"search"`
+}
+
+// Webhook is a signed JSON POST endpoint.
+type Webhook struct {
+	// URL of the endpoint. Required.
+	URL string `yaml:"url"`
+	// Secret signs requests (Standard Webhooks, HMAC-SHA256). Required. A value
+	// of the form "env:NAME" is read from the environment variable NAME.
+	Secret string `yaml:"secret"`
+	// Timeout of one request. Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Concurrency is the most requests in flight. Default 8.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Nats is a JetStream publisher.
+type Nats struct {
+	// URL of the NATS server. Default nats://127.0.0.1:4222. Env SEARCHSYNC_NATS_URL.
+	URL string `yaml:"url"`
+	// Subject is a template; {aggregate_type}, {event_type}, {tenant_id},
+	// {aggregate_id} are replaced. Default "outbox.{aggregate_type}.{event_type}".
+	Subject string `yaml:"subject"`
+	// Stream is the JetStream stream that must hold the subjects.
+	Stream string `yaml:"stream"`
+	// CreateStream lets searchsync create or update the stream.
+	CreateStream bool `yaml:"create_stream"`
+	// DuplicateWindow of the stream when searchsync creates it. Default 2m.
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+	// Timeout waiting for a PubAck. Default 5s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Search writes documents to the engine's indexes.
+type Search struct {
+	// Indexes names the index definitions this consumer writes (aliases).
+	Indexes []string `yaml:"indexes"`
+}
+
+// Route sends matching events to consumers. Patterns use path.Match syntax
+// ("entity.customer.*"); an empty list matches everything.
+type Route struct {
+	// Consumer names a configured consumer. Required.
+	Consumer string `yaml:"consumer"`
+	// EventTypes are patterns on event_type.
+	EventTypes []string `yaml:"event_types"`
+	// AggregateTypes are patterns on aggregate_type.
+	AggregateTypes []string `yaml:"aggregate_types"`
+}
+
+// File is where the configuration was read from.
+func (c *Config) File() string { return c.file }
+
+// Load reads the file at path (empty: no file, defaults and environment only),
+// applies environment overrides and defaults, and validates the result.
+func Load(file string) (*Config, error) {
+	c := &Config{file: file}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if err := c.parse(data); err != nil {
+			return nil, err
+		}
+	}
+	c.applyEnv(os.Getenv)
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Parse reads a configuration from bytes (name is used in errors), without
+// environment overrides; for tests and embedded examples.
+func Parse(name string, data []byte) (*Config, error) {
+	c := &Config{file: name}
+	if err := c.parse(data); err != nil {
+		return nil, err
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) parse(data []byte) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := yaml.UnmarshalWithOptions(data, c, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		return fmt.Errorf("config %s: %s", c.file, yaml.FormatError(err, false, true))
+	}
+	if f, err := parser.ParseBytes(data, 0); err == nil {
+		c.ast = &astFile{f}
+	}
+	return nil
+}
+
+func (c *Config) applyEnv(getenv func(string) string) {
+	if v := getenv("DATABASE_URL"); v != "" {
+		c.Database.URL = v
+	}
+	if v := getenv("SEARCHSYNC_SCHEMA"); v != "" {
+		c.Database.Schema = v
+	}
+	if v := getenv("SEARCHSYNC_HTTP_LISTEN"); v != "" {
+		c.HTTP.Listen = v
+	}
+	if v := getenv("SEARCHSYNC_ENGINE_URL"); v != "" {
+		c.Engine.URLs = strings.Split(v, ",")
+	}
+	if v := getenv("SEARCHSYNC_ENGINE_USERNAME"); v != "" {
+		c.Engine.Username = v
+	}
+	if v := getenv("SEARCHSYNC_ENGINE_PASSWORD"); v != "" {
+		c.Engine.Password = v
+	}
+	if v := getenv("SEARCHSYNC_NATS_URL"); v != "" {
+		for i := range c.Consumers {
+			if c.Consumers[i].Nats != nil {
+				c.Consumers[i].Nats.URL = v
+			}
+		}
+	}
+}
+
+func (c *Config) setDefaults() {
+	c.Database.Schema = cmp.Or(c.Database.Schema, "mdm")
+	c.Database.MaxConns = cmp.Or(c.Database.MaxConns, 10)
+	r := &c.Relay
+	r.Partitions = cmp.Or(r.Partitions, 32)
+	r.BatchSize = cmp.Or(r.BatchSize, 500)
+	r.PollInterval = cmp.Or(r.PollInterval, time.Second)
+	r.LeaseTTL = cmp.Or(r.LeaseTTL, 15*time.Second)
+	r.MaxAttempts = cmp.Or(r.MaxAttempts, 10)
+	r.Backoff.Initial = cmp.Or(r.Backoff.Initial, time.Second)
+	r.Backoff.Max = cmp.Or(r.Backoff.Max, 10*time.Minute)
+	r.Backoff.Multiplier = cmp.Or(r.Backoff.Multiplier, 2)
+	r.Backoff.Jitter = cmp.Or(r.Backoff.Jitter, 0.2)
+	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
+	c.Log.Level = cmp.Or(c.Log.Level, "info")
+	c.Log.Format = cmp.Or(c.Log.Format, "auto")
+	c.Compaction.Retention = cmp.Or(c.Compaction.Retention, 240*time.Hour)
+	c.Compaction.Interval = cmp.Or(c.Compaction.Interval, time.Hour)
+	c.Compaction.BatchSize = cmp.Or(c.Compaction.BatchSize, 1000)
+	c.Engine.Kind = cmp.Or(c.Engine.Kind, "opensearch")
+	if len(c.Engine.URLs) == 0 {
+		c.Engine.URLs = []string{"http://127.0.0.1:9200"}
+	}
+	for i := range c.Consumers {
+		if w := c.Consumers[i].Webhook; w != nil {
+			w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
+			w.Concurrency = cmp.Or(w.Concurrency, 8)
+		}
+		if n := c.Consumers[i].Nats; n != nil {
+			n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
+			n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
+			n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
+			n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
+		}
+	}
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Validate checks every value and reports all problems at once, each with the
+// file, key, line and reason.
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+	if c.Database.URL == "" {
+		v.add("database.url", "is required (or set DATABASE_URL)")
+	} else if u, err := url.Parse(c.Database.URL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		v.add("database.url", "must be a postgres:// URL")
+	}
+	if !schemaName.MatchString(c.Database.Schema) {
+		v.add("database.schema", fmt.Sprintf("%q is not a plain lower-case identifier", c.Database.Schema))
+	}
+	if c.Database.MaxConns < 2 {
+		v.add("database.max_conns", "must be at least 2")
+	}
+	r := c.Relay
+	v.positive("relay.partitions", r.Partitions)
+	if r.Partitions > 4096 {
+		v.add("relay.partitions", "must be at most 4096")
+	}
+	v.positive("relay.batch_size", r.BatchSize)
+	v.positiveDur("relay.poll_interval", r.PollInterval)
+	if r.LeaseTTL < time.Second {
+		v.add("relay.lease_ttl", "must be at least 1s")
+	}
+	v.positive("relay.max_attempts", r.MaxAttempts)
+	v.positiveDur("relay.backoff.initial", r.Backoff.Initial)
+	if r.Backoff.Max < r.Backoff.Initial {
+		v.add("relay.backoff.max", "must not be smaller than relay.backoff.initial")
+	}
+	if r.Backoff.Multiplier < 1 {
+		v.add("relay.backoff.multiplier", "must be at least 1")
+	}
+	if r.Backoff.Jitter < 0 || r.Backoff.Jitter >= 1 {
+		v.add("relay.backoff.jitter", "must be in [0, 1)")
+	}
+	if _, _, err := splitHostPort(c.HTTP.Listen); err != nil {
+		v.add("http.listen", err.Error())
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add("log.level", fmt.Sprintf("%q is not one of debug, info, warn, error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "auto", "text", "json":
+	default:
+		v.add("log.format", fmt.Sprintf("%q is not one of auto, text, json", c.Log.Format))
+	}
+	if c.Compaction.Retention < time.Minute {
+		v.add("compaction.retention", "must be at least 1m")
+	}
+	v.positive("compaction.batch_size", c.Compaction.BatchSize)
+	switch c.Engine.Kind {
+	case "opensearch", "elasticsearch":
+	default:
+		v.add("engine.kind", fmt.Sprintf("%q is not one of opensearch, elasticsearch", c.Engine.Kind))
+	}
+	for i, u := range c.Engine.URLs {
+		v.httpURL(fmt.Sprintf("engine.urls[%d]", i), u)
+	}
+	names := map[string]bool{}
+	for i, cons := range c.Consumers {
+		key := fmt.Sprintf("consumers[%d]", i)
+		switch {
+		case cons.Name == "":
+			v.add(key+".name", "is required")
+		case names[cons.Name]:
+			v.add(key+".name", fmt.Sprintf("%q is used by another consumer", cons.Name))
+		}
+		names[cons.Name] = true
+		switch cons.Type {
+		case "webhook":
+			if cons.Webhook == nil {
+				v.add(key+".webhook", "is required for type webhook")
+				continue
+			}
+			v.httpURL(key+".webhook.url", cons.Webhook.URL)
+			if cons.Webhook.Secret == "" {
+				v.add(key+".webhook.secret", "is required")
+			} else if name, ok := strings.CutPrefix(cons.Webhook.Secret, "env:"); ok && os.Getenv(name) == "" {
+				v.add(key+".webhook.secret", fmt.Sprintf("environment variable %s is empty", name))
+			}
+			v.positiveDur(key+".webhook.timeout", cons.Webhook.Timeout)
+			v.positive(key+".webhook.concurrency", cons.Webhook.Concurrency)
+		case "nats":
+			if cons.Nats == nil {
+				v.add(key+".nats", "is required for type nats")
+				continue
+			}
+			if cons.Nats.Stream == "" {
+				v.add(key+".nats.stream", "is required")
+			}
+			if !strings.HasPrefix(cons.Nats.URL, "nats://") && !strings.HasPrefix(cons.Nats.URL, "tls://") {
+				v.add(key+".nats.url", "must be a nats:// or tls:// URL")
+			}
+			v.positiveDur(key+".nats.timeout", cons.Nats.Timeout)
+		case "search":
+			if cons.Search == nil || len(cons.Search.Indexes) == 0 {
+				v.add(key+".search.indexes", "names at least one index")
+			}
+		case "":
+			v.add(key+".type", "is required (webhook, nats or search)")
+		default:
+			v.add(key+".type", fmt.Sprintf("%q is not one of webhook, nats, search", cons.Type))
+		}
+	}
+	for i, r := range c.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if r.Consumer == "" {
+			v.add(key+".consumer", "is required")
+		} else if !names[r.Consumer] {
+			v.add(key+".consumer", fmt.Sprintf("names unknown consumer %q", r.Consumer))
+		}
+		for j, p := range r.EventTypes {
+			if _, err := path.Match(p, ""); err != nil {
+				v.add(fmt.Sprintf("%s.event_types[%d]", key, j), fmt.Sprintf("bad pattern %q: %v", p, err))
+			}
+		}
+		for j, p := range r.AggregateTypes {
+			if _, err := path.Match(p, ""); err != nil {
+				v.add(fmt.Sprintf("%s.aggregate_types[%d]", key, j), fmt.Sprintf("bad pattern %q: %v", p, err))
+			}
+		}
+	}
+	return v.err()
+}
+
+// Matches reports whether the route wants an event of this type and aggregate.
+func (r Route) Matches(eventType, aggregateType string) bool {
+	return matchAny(r.EventTypes, eventType) && matchAny(r.AggregateTypes, aggregateType)
+}
+
+func matchAny(patterns []string, s string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Error is one invalid value.
+type Error struct {
+	File   string // the configuration file, "" when none
+	Key    string // the key, e.g. consumers[1].webhook.url
+	Line   int    // the line in File, 0 when unknown
+	Reason string
+}
+
+func (e *Error) Error() string {
+	loc := cmp.Or(e.File, "configuration")
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", loc, e.Line)
+	}
+	return fmt.Sprintf("%s: %s: %s", loc, e.Key, e.Reason)
+}
+
+type validator struct {
+	c    *Config
+	errs []error
+}
+
+func (v *validator) add(key, reason string) {
+	v.errs = append(v.errs, &Error{File: v.c.file, Key: key, Line: v.c.ast.line(key), Reason: reason})
+}
+
+func (v *validator) positive(key string, n int) {
+	if n <= 0 {
+		v.add(key, "must be positive")
+	}
+}
+
+func (v *validator) positiveDur(key string, d time.Duration) {
+	if d <= 0 {
+		v.add(key, "must be a positive duration such as 500ms or 10s")
+	}
+}
+
+func (v *validator) httpURL(key, s string) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.add(key, fmt.Sprintf("%q is not an absolute http(s) URL", s))
+	}
+}
+
+func (v *validator) err() error { return errors.Join(v.errs...) }
