@@ -1,0 +1,131 @@
+package indexer
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Engine is the seam between searchsync and a search engine. Two adapters
+// implement it: Elasticsearch 8 (go-elasticsearch/v8) and OpenSearch 2
+// (opensearch-go/v4); both must pass the contract suite in enginetest.
+//
+// Every method returns an *EngineError for answers of the engine (with the
+// HTTP status and the engine's error type and reason) and a plain wrapped error
+// for transport failures, so that callers can tell retry from poison.
+type Engine interface {
+	// Kind is "opensearch" or "elasticsearch".
+	Kind() string
+	// Ping checks that the engine answers (used by /readyz).
+	Ping(ctx context.Context) error
+	// Bulk sends one NDJSON _bulk request and returns one result per op, in
+	// order. It reads every item; the HTTP status of the whole request only
+	// decides transport-level errors.
+	Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error)
+	// MGet fetches documents by id from one index or alias; missing ids are
+	// absent from the map.
+	MGet(ctx context.Context, index string, ids []string) (map[string]Doc, error)
+	// CreateIndex creates a physical index with the given body (settings,
+	// mappings incl. _meta, aliases).
+	CreateIndex(ctx context.Context, name string, body json.RawMessage) error
+	// DeleteIndex deletes a physical index; a missing index is not an error.
+	DeleteIndex(ctx context.Context, name string) error
+	// GetIndex returns the live settings and mappings of one physical index,
+	// or nil when it does not exist.
+	GetIndex(ctx context.Context, name string) (*IndexInfo, error)
+	// AliasTargets returns the physical indexes an alias points to (empty when
+	// the alias does not exist).
+	AliasTargets(ctx context.Context, alias string) ([]string, error)
+	// UpdateAliases applies all actions in one atomic _aliases call.
+	UpdateAliases(ctx context.Context, actions []AliasAction) error
+	// Refresh makes recent writes searchable.
+	Refresh(ctx context.Context, index string) error
+	// Search runs a query body against an index or alias and returns the raw
+	// hits and total.
+	Search(ctx context.Context, index string, body json.RawMessage) (*SearchResult, error)
+	// Count counts the documents matching a query body (nil: all).
+	Count(ctx context.Context, index string, body json.RawMessage) (int64, error)
+}
+
+// OpType is the bulk action.
+type OpType string
+
+const (
+	OpIndex  OpType = "index"
+	OpDelete OpType = "delete"
+)
+
+// BulkOp is one action of a _bulk request. Version is always sent with
+// version_type=external.
+type BulkOp struct {
+	Type    OpType
+	Index   string
+	ID      string
+	Version int64
+	Routing string          // optional
+	Doc     json.RawMessage // the whole document, for OpIndex
+}
+
+// BulkResult is the engine's answer for one op.
+type BulkResult struct {
+	Status    int    // HTTP status of the item (200, 201, 404, 409, 429, 400, 5xx …)
+	ErrType   string // e.g. version_conflict_engine_exception, mapper_parsing_exception
+	ErrReason string
+	Version   int64 // the version the engine holds after the op, when given
+}
+
+// Doc is a stored document.
+type Doc struct {
+	Source  json.RawMessage
+	Version int64
+}
+
+// IndexInfo is the live definition of a physical index.
+type IndexInfo struct {
+	Name     string
+	Settings json.RawMessage // the index's settings as the engine returns them
+	Mappings json.RawMessage // the index's mappings (incl. _meta)
+	Aliases  []string
+}
+
+// AliasAction is one action of an atomic _aliases call.
+type AliasAction struct {
+	Add         bool            // true: add, false: remove
+	Index       string          // physical index
+	Alias       string          // alias name
+	Filter      json.RawMessage // optional filter (add only)
+	IsWriteIdx  *bool           // optional is_write_index (add only)
+	RemoveIndex bool            // true: remove_index (delete the physical index atomically)
+}
+
+// SearchResult is the part of a search answer searchsync uses.
+type SearchResult struct {
+	Total int64
+	Hits  []Hit
+}
+
+// Hit is one search hit.
+type Hit struct {
+	Index   string
+	ID      string
+	Version int64
+	Source  json.RawMessage
+}
+
+// EngineError is an error answer of the engine.
+type EngineError struct {
+	Op     string // what was attempted, e.g. "create index customers_v1"
+	Status int
+	Type   string
+	Reason string
+}
+
+func (e *EngineError) Error() string {
+	return e.Op + ": " + itoa(e.Status) + " " + e.Type + ": " + e.Reason
+}
+
+func itoa(n int) string { return json.Number(jsonInt(n)).String() }
+
+func jsonInt(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
