@@ -1,0 +1,99 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const good = `
+database:
+  url: postgres://u:p@127.0.0.1:5432/db
+relay:
+  batch_size: 200
+  backoff:
+    initial: 500ms
+consumers:
+  - name: crm
+    type: webhook
+    webhook:
+      url: http://127.0.0.1:9999/hook
+      secret: whsec_c2VjcmV0
+routes:
+  - consumer: crm
+    event_types: ["entity.customer.*"]
+`
+
+func TestParseFillsDefaults(t *testing.T) {
+	c, err := Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.Schema != "mdm" || c.Relay.BatchSize != 200 || c.Relay.Backoff.Initial != 500*time.Millisecond ||
+		c.Relay.Backoff.Max != 10*time.Minute || c.Compaction.Retention != 240*time.Hour ||
+		c.Consumers[0].Webhook.Timeout != 10*time.Second || c.Engine.URLs[0] != "http://127.0.0.1:9200" {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	if !c.Routes[0].Matches("entity.customer.updated", "DDM_ENTITY") || c.Routes[0].Matches("entity.order.updated", "DDM_ENTITY") {
+		t.Fatal("route matching")
+	}
+}
+
+func TestBadConfigurationNamesFileKeyLineAndReason(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown consumer in route", good + "  - consumer: nope\n", `bad.yaml:17: routes[1].consumer: names unknown consumer "nope"`},
+		{"bad url", strings.Replace(good, "http://127.0.0.1:9999/hook", "ftp:/x", 1), `bad.yaml:12: consumers[0].webhook.url: "ftp:/x" is not an absolute http(s) URL`},
+		{"negative batch", strings.Replace(good, "batch_size: 200", "batch_size: -1", 1), `bad.yaml:5: relay.batch_size: must be positive`},
+		{"unknown key", good + "bogus: 1\n", `unknown field "bogus"`},
+		{"wrong type", strings.Replace(good, "batch_size: 200", "batch_size: many", 1), `bad.yaml`},
+		{"bad duration", strings.Replace(good, "initial: 500ms", "initial: soon", 1), `bad.yaml`},
+		{"bad schema", good + "  \n", ""},
+		{"missing type", strings.Replace(good, "type: webhook", "type: carrier-pigeon", 1), `consumers[0].type: "carrier-pigeon" is not one of webhook, nats, search`},
+		{"no database", strings.Replace(good, "url: postgres://u:p@127.0.0.1:5432/db", "schema: mdm", 1), `database.url: is required`},
+	}
+	for _, tc := range cases {
+		_, err := Parse("bad.yaml", []byte(tc.yaml))
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: unexpected error %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want it to contain %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	_, err := Parse("bad.yaml", []byte(strings.Replace(good, "batch_size: 200", "batch_size: -1", 1)))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Key != "relay.batch_size" || ce.Line != 5 || ce.File != "bad.yaml" {
+		t.Fatalf("got %#v", err)
+	}
+}
+
+func TestLoadAppliesEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(f, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", "postgres://other@db:5432/x")
+	t.Setenv("SEARCHSYNC_ENGINE_URL", "http://a:9200,http://b:9200")
+	c, err := Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.URL != "postgres://other@db:5432/x" || len(c.Engine.URLs) != 2 {
+		t.Fatalf("env not applied: %+v", c)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
