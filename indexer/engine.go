@@ -3,6 +3,9 @@ package indexer
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
 )
 
 // Engine is the seam between searchsync and a search engine. Two adapters
@@ -70,7 +73,8 @@ type BulkResult struct {
 	Status    int    // HTTP status of the item (200, 201, 404, 409, 429, 400, 5xx …)
 	ErrType   string // e.g. version_conflict_engine_exception, mapper_parsing_exception
 	ErrReason string
-	Version   int64 // the version the engine holds after the op, when given
+	Version   int64  // the version the engine holds after the op, when given
+	Result    string // created, updated, deleted, not_found, noop (empty on errors)
 }
 
 // Doc is a stored document.
@@ -120,12 +124,48 @@ type EngineError struct {
 }
 
 func (e *EngineError) Error() string {
-	return e.Op + ": " + itoa(e.Status) + " " + e.Type + ": " + e.Reason
+	return e.Op + ": " + strconv.Itoa(e.Status) + " " + e.Type + ": " + e.Reason
 }
 
-func itoa(n int) string { return json.Number(jsonInt(n)).String() }
+// Temporary reports whether retrying the same request later can succeed:
+// 429 (rejected execution, retryable cluster blocks) and 5xx answers.
+func (e *EngineError) Temporary() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
 
-func jsonInt(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
+// TransportError is a failure to get an answer from the engine at all
+// (connection refused, reset, timeout, unreadable response). It is always
+// worth retrying.
+type TransportError struct {
+	Op  string // what was attempted
+	Err error
+}
+
+func (e *TransportError) Error() string { return e.Op + ": engine unreachable: " + e.Err.Error() }
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// AsEngineError returns the *EngineError in err's chain, if any.
+func AsEngineError(err error) (*EngineError, bool) {
+	var ee *EngineError
+	ok := errors.As(err, &ee)
+	return ee, ok
+}
+
+// IsTransport reports whether err is a transport failure (no answer from
+// the engine), as opposed to an answer of the engine.
+func IsTransport(err error) bool {
+	var te *TransportError
+	return errors.As(err, &te)
+}
+
+// IsTemporary reports whether err is worth retrying: a transport failure or
+// an engine answer with status 429 or 5xx. A cancelled context is not.
+func IsTemporary(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if ee, ok := AsEngineError(err); ok {
+		return ee.Temporary()
+	}
+	return IsTransport(err)
 }
