@@ -159,10 +159,23 @@ type Nats struct {
 	Stream string `yaml:"stream"`
 	// CreateStream lets searchsync create or update the stream.
 	CreateStream bool `yaml:"create_stream"`
-	// DuplicateWindow of the stream when searchsync creates it. Default 2m.
+	// DuplicateWindow of the stream when searchsync creates it; an existing
+	// stream must have at least this window. JetStream drops a message whose
+	// Nats-Msg-Id (the event id) it saw within the window. Default 2m; must be
+	// at least 2 × relay.lease_ttl so that a redelivery after a relay crash is
+	// absorbed.
 	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+	// Retention of the stream when searchsync creates it: limits, interest or
+	// workqueue. Default limits.
+	Retention string `yaml:"retention"`
+	// MaxAge of the stream's messages when searchsync creates it. Default 0
+	// (kept until the stream's other limits remove them).
+	MaxAge time.Duration `yaml:"max_age"`
 	// Timeout waiting for a PubAck. Default 5s.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxInFlight bounds the publishes awaiting their PubAck per batch.
+	// Default 256.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Search writes documents to the engine's indexes.
@@ -294,6 +307,8 @@ func (c *Config) setDefaults() {
 			n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
 			n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
 			n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
+			n.Retention = cmp.Or(n.Retention, "limits")
+			n.MaxInFlight = cmp.Or(n.MaxInFlight, 256)
 		}
 	}
 }
@@ -397,6 +412,18 @@ func (c *Config) Validate() error {
 				v.add(key+".nats.url", "must be a nats:// or tls:// URL")
 			}
 			v.positiveDur(key+".nats.timeout", cons.Nats.Timeout)
+			v.positive(key+".nats.max_in_flight", cons.Nats.MaxInFlight)
+			switch n := cons.Nats; {
+			case n.DuplicateWindow < 2*c.Relay.LeaseTTL:
+				v.add(key+".nats.duplicate_window", fmt.Sprintf("%s is shorter than 2 × relay.lease_ttl (%s): a redelivery after a relay crash would not be de-duplicated", n.DuplicateWindow, 2*c.Relay.LeaseTTL))
+			case n.MaxAge > 0 && n.MaxAge < n.DuplicateWindow:
+				v.add(key+".nats.max_age", fmt.Sprintf("%s is shorter than nats.duplicate_window (%s)", n.MaxAge, n.DuplicateWindow))
+			}
+			switch cons.Nats.Retention {
+			case "limits", "interest", "workqueue":
+			default:
+				v.add(key+".nats.retention", fmt.Sprintf("%q is not one of limits, interest, workqueue", cons.Nats.Retention))
+			}
 		case "search":
 			if cons.Search == nil || len(cons.Search.Indexes) == 0 {
 				v.add(key+".search.indexes", "names at least one index")
