@@ -1,0 +1,132 @@
+package lag
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Point is one sample of the history the dashboard draws.
+type Point struct {
+	At               time.Time          `json:"at"`
+	Pending          int64              `json:"pending"`
+	Failed           int64              `json:"failed"`
+	OldestPendingAge float64            `json:"oldest_pending_age_seconds"`
+	DeliveredRate    float64            `json:"delivered_per_second"`
+	ConsumerLag      map[string]float64 `json:"consumer_lag_seconds"`
+}
+
+// SamplerConfig configures a Sampler.
+type SamplerConfig struct {
+	// Interval between pending samples. Default 2s.
+	Interval time.Duration
+	// FailedInterval between samples of failed rows (a table scan). Default 15s.
+	FailedInterval time.Duration
+	// History is how much history is kept. Default 1h.
+	History time.Duration
+}
+
+// Sampler keeps a current Snapshot and the last hour of Points. It is safe for
+// concurrent use.
+type Sampler struct {
+	r      *Reader
+	cfg    SamplerConfig
+	logger *slog.Logger
+
+	mu         sync.RWMutex
+	last       *Snapshot
+	lastFailed time.Time
+	failedG    []group
+	failedS    Snapshot
+	history    []Point
+}
+
+// NewSampler returns a Sampler over r.
+func NewSampler(r *Reader, cfg SamplerConfig, logger *slog.Logger) *Sampler {
+	cfg.Interval = cmp.Or(cfg.Interval, 2*time.Second)
+	cfg.FailedInterval = cmp.Or(cfg.FailedInterval, 15*time.Second)
+	cfg.History = cmp.Or(cfg.History, time.Hour)
+	return &Sampler{r: r, cfg: cfg, logger: logger}
+}
+
+// Run samples until ctx ends.
+func (s *Sampler) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := s.Sample(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("lag sample failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sample takes a snapshot now (failed figures at most every FailedInterval),
+// records it in the history and returns it.
+func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
+	snap := &Snapshot{}
+	if err := s.r.pool.QueryRow(ctx, `SELECT now()`).Scan(&snap.At); err != nil {
+		return nil, err
+	}
+	pg, err := s.r.pending(ctx, snap)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	needFailed := s.last == nil || snap.At.Sub(s.lastFailed) >= s.cfg.FailedInterval
+	fg, fs := s.failedG, s.failedS
+	s.mu.RUnlock()
+	if needFailed {
+		fs = Snapshot{}
+		if fg, err = s.r.failed(ctx, &fs); err != nil {
+			return nil, err
+		}
+	}
+	snap.Blocked, snap.BlockedCount, snap.Failures = fs.Blocked, fs.BlockedCount, fs.Failures
+	s.r.summarize(snap, pg, fg)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if needFailed {
+		s.lastFailed, s.failedG, s.failedS = snap.At, fg, fs
+	}
+	if p := s.last; p != nil {
+		if dt := snap.At.Sub(p.At).Seconds(); dt > 0 {
+			handled := float64(snap.LastID-p.LastID) - float64((snap.Pending+snap.Failed)-(p.Pending+p.Failed))
+			snap.DeliveredRate = max(0, handled/dt)
+		}
+	}
+	s.last = snap
+	pt := Point{At: snap.At, Pending: snap.Pending, Failed: snap.Failed, OldestPendingAge: snap.OldestPendingAge,
+		DeliveredRate: snap.DeliveredRate, ConsumerLag: map[string]float64{}}
+	for _, c := range snap.Consumers {
+		pt.ConsumerLag[c.Name] = c.OldestPendingAge
+	}
+	s.history = append(s.history, pt)
+	cut := 0
+	for cut < len(s.history) && snap.At.Sub(s.history[cut].At) > s.cfg.History {
+		cut++
+	}
+	s.history = s.history[cut:]
+	return snap, nil
+}
+
+// Last returns the latest snapshot, or nil before the first sample.
+func (s *Sampler) Last() *Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.last
+}
+
+// History returns a copy of the kept points, oldest first.
+func (s *Sampler) History() []Point {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]Point(nil), s.history...)
+}
