@@ -1,0 +1,65 @@
+// Package projections owns the translation of outbox events into search
+// documents: upcasting a payload to the newest schema_version, projecting it
+// into a document, an id, an external version and an operation (index,
+// delete, ignore), and merging partial payloads onto the current document.
+//
+// # Projection files
+//
+// The common case is declared in YAML (see Load); everything else is a Go
+// function registered on the Set (RegisterFunc) and named by `go:` in the
+// file, which runs after the declared fields and may change the result:
+//
+//	projections:
+//	  - name: customer
+//	    event_types: ["entity.customer.*"]     # path.Match patterns
+//	    aggregate_types: ["DDM_ENTITY"]
+//	    index: customers                       # the alias (index definition name)
+//	    id: "@aggregate_id"                    # default; @… names an event column
+//	    version: version                       # default; JSON path in the payload
+//	    tenant: tenant_key                     # default
+//	    schema_version: 2                      # newest payload shape this projection reads; default 1
+//	    delete_on: ["*.deleted"]               # default
+//	    ignore_on: ["*.viewed"]                # default none
+//	    full_state_on: ["*.created", "*.snapshot"]  # default: `after` is the whole state
+//	    copy_all_of_after: true                # every field of `after` goes into the document
+//	    fields:
+//	      - {from: code, to: code, type: keyword}
+//	      - {from: after.name, to: name, type: text}
+//	      - {from: actor.principal_id, to: updated_by, type: keyword}
+//
+// Paths are dotted JSON paths into the payload ("after.address.city",
+// "items.0.sku"); a path that starts with "@" names a column of the event:
+// @id, @aggregate_id, @aggregate_type, @event_type, @tenant_id,
+// @correlation_id, @schema_version, @created_at.
+//
+// # Partial and full-state payloads
+//
+// A payload whose `before`/`after` hold only the changed fields is partial:
+// the Result has Partial set and its Doc holds only the mentioned fields; the
+// search consumer merges it onto the current document (DeepMerge), so a field
+// the event did not mention never disappears. An explicit null in `after`
+// sets the field to null. Events matching full_state_on carry the whole state
+// in `after`: their document replaces the current one.
+//
+// # Field types
+//
+// A field's type converts values where that is lossless (a number to a
+// keyword string, "42" to a long, "true" to a boolean) and makes anything
+// else poison with a message naming the field; null is always allowed. Fields
+// copied by copy_all_of_after are not converted: the index mapping decides, and
+// a mapping rejection by the engine is poison with the engine's reason.
+//
+// # Upcasters and schema_version
+//
+// Upcasters turn a payload of schema_version N into N+1 (RegisterUpcaster, per
+// event-type pattern). A projection sees the newest shape only: the newest
+// version of an event type is the largest of the projection's
+// schema_version and every matching upcaster's N+1. An event newer than that,
+// or one with a gap in the upcaster chain, is poison with a clear message,
+// never dropped and never indexed half-understood.
+//
+// # Errors
+//
+// Every error that retrying cannot fix is a *PoisonError; the consumer turns
+// it into a Poison outcome with the error's text as the reason.
+package projections

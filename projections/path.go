@@ -1,0 +1,187 @@
+package projections
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// Decode parses a JSON object keeping numbers exact (json.Number), so that
+// versions and long fields survive the round trip unchanged.
+func Decode(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, fmt.Errorf("not a JSON object")
+	}
+	return m, nil
+}
+
+// Lookup returns the value at a dotted path in v ("after.address.city",
+// "items.0.sku") and whether it is present.
+func Lookup(v any, path string) (any, bool) {
+	if path == "" || path == "." {
+		return v, true
+	}
+	for _, seg := range strings.Split(path, ".") {
+		switch c := v.(type) {
+		case map[string]any:
+			x, ok := c[seg]
+			if !ok {
+				return nil, false
+			}
+			v = x
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, false
+			}
+			v = c[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// SetPath stores value at a dotted path in m, creating objects on the way (an
+// existing non-object on the way is replaced).
+func SetPath(m map[string]any, path string, value any) {
+	segs := strings.Split(path, ".")
+	for _, seg := range segs[:len(segs)-1] {
+		next, ok := m[seg].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[seg] = next
+		}
+		m = next
+	}
+	m[segs[len(segs)-1]] = value
+}
+
+// eventValue resolves an @column path of an event.
+func eventValue(e *outbox.Event, path string) (any, bool) {
+	col, rest, _ := strings.Cut(strings.TrimPrefix(path, "@"), ".")
+	var v any
+	switch col {
+	case "id":
+		v = json.Number(strconv.FormatInt(e.ID, 10))
+	case "aggregate_id":
+		if e.AggregateID == nil {
+			return nil, false
+		}
+		v = e.AggregateID.String()
+	case "aggregate_type":
+		v = e.AggregateType
+	case "event_type":
+		v = e.EventType
+	case "tenant_id":
+		if e.TenantID == nil {
+			return nil, false
+		}
+		v = e.TenantID.String()
+	case "correlation_id":
+		if e.CorrelationID == nil {
+			return nil, false
+		}
+		v = e.CorrelationID.String()
+	case "schema_version":
+		v = json.Number(strconv.Itoa(max(e.SchemaVersion, 1)))
+	case "created_at":
+		if e.CreatedAt.IsZero() {
+			return nil, false
+		}
+		v = e.CreatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	default:
+		return nil, false
+	}
+	if rest != "" {
+		return nil, false
+	}
+	return v, true
+}
+
+// resolve looks a path up in the payload or, for "@…", in the event's columns.
+func resolve(e *outbox.Event, payload map[string]any, path string) (any, bool) {
+	if strings.HasPrefix(path, "@") {
+		return eventValue(e, path)
+	}
+	return Lookup(payload, path)
+}
+
+func validPath(p string) error {
+	if p == "" {
+		return fmt.Errorf("is empty")
+	}
+	s := strings.TrimPrefix(p, "@")
+	if strings.HasPrefix(p, "@") {
+		switch s {
+		case "id", "aggregate_id", "aggregate_type", "event_type", "tenant_id", "correlation_id", "schema_version", "created_at":
+		default:
+			return fmt.Errorf("%q names no event column (one of @id, @aggregate_id, @aggregate_type, @event_type, @tenant_id, @correlation_id, @schema_version, @created_at)", p)
+		}
+		return nil
+	}
+	for _, seg := range strings.Split(s, ".") {
+		if seg == "" {
+			return fmt.Errorf("%q has an empty segment", p)
+		}
+	}
+	return nil
+}
+
+// DeepMerge merges src onto dst in place and returns dst: objects merge key by
+// key, everything else (scalars, arrays, null) replaces. A key that src does
+// not mention is kept. dst may be nil.
+func DeepMerge(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		dst = make(map[string]any, len(src))
+	}
+	for k, sv := range src {
+		if sm, ok := sv.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = DeepMerge(dm, sm)
+				continue
+			}
+			dst[k] = DeepMerge(nil, sm)
+			continue
+		}
+		dst[k] = deepCopy(sv)
+	}
+	return dst
+}
+
+// Clone returns a deep copy of a document.
+func Clone(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	return deepCopy(m).(map[string]any)
+}
+
+func deepCopy(v any) any {
+	switch c := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(c))
+		for k, x := range c {
+			out[k] = deepCopy(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(c))
+		for i, x := range c {
+			out[i] = deepCopy(x)
+		}
+		return out
+	default:
+		return v
+	}
+}

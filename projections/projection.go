@@ -1,0 +1,614 @@
+package projections
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// Op is what a projection asks the search consumer to do with a document.
+type Op string
+
+// The operations.
+const (
+	OpIndex  Op = "index"  // write the document (whole, or merged when Partial)
+	OpDelete Op = "delete" // delete it (hard or soft, per the index definition)
+	OpIgnore Op = "ignore" // nothing to do; the event counts as delivered
+)
+
+// Result is the outcome of projecting one event.
+type Result struct {
+	// Projection is the name of the projection that produced it.
+	Projection string
+	Op         Op
+	// Index is the alias (index definition name) the document belongs to,
+	// before any per-tenant naming.
+	Index string
+	// Tenant is the tenant key of the event ("" when it has none).
+	Tenant string
+	// ID is the document id.
+	ID string
+	// Version is the external version of the write.
+	Version int64
+	// Doc is the document for OpIndex; when Partial, only the fields the
+	// event mentioned, to be merged onto the current document.
+	Doc map[string]any
+	// Partial says that Doc must be merged onto the current state.
+	Partial bool
+}
+
+// Input is what a Go projection function sees: the event and its payload,
+// already upcast to the newest schema_version.
+type Input struct {
+	Event   *outbox.Event
+	Payload map[string]any
+}
+
+// Func is a projection written in Go. It receives out pre-filled from the
+// declaration (op, id, version, tenant, the declared fields) and may change
+// any of it. An error it returns is poison; wrap *PoisonError or return any
+// error (it is wrapped).
+type Func func(in *Input, out *Result) error
+
+// Upcaster turns a payload of schema_version N into N+1, in place.
+type Upcaster func(payload map[string]any) error
+
+// FieldType is the declared type of a projected field.
+type FieldType string
+
+// The field types.
+const (
+	TypeAny     FieldType = ""
+	TypeKeyword FieldType = "keyword"
+	TypeText    FieldType = "text"
+	TypeLong    FieldType = "long"
+	TypeDouble  FieldType = "double"
+	TypeBoolean FieldType = "boolean"
+	TypeDate    FieldType = "date"
+	TypeObject  FieldType = "object"
+)
+
+// Field copies one value from the payload (or an @column) into the document.
+type Field struct {
+	// From is a dotted path into the payload or an @column. Required.
+	From string `yaml:"from" json:"from"`
+	// To is the dotted path in the document. Default: the last segment of From.
+	To string `yaml:"to" json:"to"`
+	// Type converts and checks the value: keyword, text, long, double,
+	// boolean, date, object. Default: none (the value as it is).
+	Type FieldType `yaml:"type" json:"type"`
+	// Keyword, on a text field, is a hint that the index maps a .keyword
+	// sub-field for sorting and aggregations (used by Properties).
+	Keyword bool `yaml:"keyword" json:"keyword"`
+}
+
+// Projection is one declared projection.
+type Projection struct {
+	// Name identifies the projection in errors. Required, unique.
+	Name string `yaml:"name" json:"name"`
+	// EventTypes are path.Match patterns on event_type. Required.
+	EventTypes []string `yaml:"event_types" json:"event_types"`
+	// AggregateTypes are patterns on aggregate_type. Default: any.
+	AggregateTypes []string `yaml:"aggregate_types" json:"aggregate_types"`
+	// Index is the alias the documents go to. Required.
+	Index string `yaml:"index" json:"index"`
+	// ID is the path of the document id. Default "@aggregate_id".
+	ID string `yaml:"id" json:"id"`
+	// Version is the path of the external version. Default: the index
+	// definition's version_path, else "version".
+	Version string `yaml:"version" json:"version"`
+	// Tenant is the path of the tenant key. Default "tenant_key"; "-" for none.
+	Tenant string `yaml:"tenant" json:"tenant"`
+	// SchemaVersion is the newest payload shape this projection reads.
+	// Default 1.
+	SchemaVersion int `yaml:"schema_version" json:"schema_version"`
+	// DeleteOn are event_type patterns that delete. Default ["*.deleted"].
+	DeleteOn []string `yaml:"delete_on" json:"delete_on"`
+	// IgnoreOn are event_type patterns that change nothing. Default none.
+	IgnoreOn []string `yaml:"ignore_on" json:"ignore_on"`
+	// FullStateOn are event_type patterns whose `after` is the whole state.
+	// Default ["*.created", "*.snapshot"].
+	FullStateOn []string `yaml:"full_state_on" json:"full_state_on"`
+	// After is the path of the new state (or the changed fields). Default "after".
+	After string `yaml:"after" json:"after"`
+	// CopyAllOfAfter copies every field of After into the document.
+	CopyAllOfAfter bool `yaml:"copy_all_of_after" json:"copy_all_of_after"`
+	// Fields are copied after CopyAllOfAfter, so they win.
+	Fields []Field `yaml:"fields" json:"fields"`
+	// Go names a registered Func that runs after the declared fields.
+	Go string `yaml:"go" json:"go"`
+
+	fn Func
+}
+
+func (p *Projection) setDefaults() {
+	p.ID = orDefault(p.ID, "@aggregate_id")
+	p.Tenant = orDefault(p.Tenant, "tenant_key")
+	p.SchemaVersion = max(p.SchemaVersion, 1)
+	if p.DeleteOn == nil {
+		p.DeleteOn = []string{"*.deleted"}
+	}
+	if p.FullStateOn == nil {
+		p.FullStateOn = []string{"*.created", "*.snapshot"}
+	}
+	p.After = orDefault(p.After, "after")
+	for i := range p.Fields {
+		if p.Fields[i].To == "" {
+			p.Fields[i].To = p.Fields[i].From[strings.LastIndex(p.Fields[i].From, ".")+1:]
+		}
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// Matches reports whether the projection handles an event of this type and aggregate.
+func (p *Projection) Matches(eventType, aggregateType string) bool {
+	return matchAny(p.EventTypes, eventType) && (len(p.AggregateTypes) == 0 || matchAny(p.AggregateTypes, aggregateType))
+}
+
+func matchAny(patterns []string, s string) bool {
+	for _, pat := range patterns {
+		if ok, _ := path.Match(pat, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+type upcaster struct {
+	pattern string
+	from    int
+	fn      Upcaster
+}
+
+// Set holds the projections, Go functions and upcasters of one process. It is
+// safe for concurrent use once built; register everything before the first
+// Project.
+type Set struct {
+	mu          sync.RWMutex
+	projections []*Projection
+	funcs       map[string]Func
+	upcasters   []upcaster
+}
+
+// NewSet returns an empty set.
+func NewSet() *Set { return &Set{funcs: map[string]Func{}} }
+
+// RegisterFunc makes a Go projection function available to `go: name`.
+func (s *Set) RegisterFunc(name string, fn Func) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.funcs[name] = fn
+	for _, p := range s.projections {
+		if p.Go == name {
+			p.fn = fn
+		}
+	}
+}
+
+// RegisterUpcaster registers fn to turn payloads of event types matching
+// pattern from schema_version from into from+1.
+func (s *Set) RegisterUpcaster(pattern string, from int, fn Upcaster) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.upcasters = append(s.upcasters, upcaster{pattern: pattern, from: from, fn: fn})
+}
+
+// Add adds projections (declared in Go or loaded from a file); they are
+// checked and defaulted. A projection with `go:` needs its function
+// registered before the first event is projected.
+func (s *Set) Add(ps ...Projection) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range ps {
+		p := ps[i]
+		if err := p.check(); err != nil {
+			return err
+		}
+		for _, q := range s.projections {
+			if q.Name == p.Name {
+				return fmt.Errorf("projection %q: declared twice", p.Name)
+			}
+		}
+		p.setDefaults()
+		if p.Go != "" {
+			p.fn = s.funcs[p.Go]
+		}
+		s.projections = append(s.projections, &p)
+	}
+	return nil
+}
+
+// Projections returns the declared projections (read only).
+func (s *Set) Projections() []*Projection {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.projections)
+}
+
+// Indexes returns the aliases the projections write to.
+func (s *Set) Indexes() []string {
+	var out []string
+	for _, p := range s.Projections() {
+		if !slices.Contains(out, p.Index) {
+			out = append(out, p.Index)
+		}
+	}
+	return out
+}
+
+// Check reports projections whose `go:` function is not registered.
+func (s *Set) Check() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, p := range s.projections {
+		if p.Go != "" && p.fn == nil {
+			return fmt.Errorf("projection %q: go function %q is not registered", p.Name, p.Go)
+		}
+	}
+	return nil
+}
+
+func (p *Projection) check() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("projection %q: %s: %s", p.Name, key, fmt.Sprintf(format, args...))
+	}
+	if p.Name == "" {
+		return fmt.Errorf("projection: name is required")
+	}
+	if len(p.EventTypes) == 0 {
+		return bad("event_types", "names at least one pattern")
+	}
+	for _, list := range [][]string{p.EventTypes, p.AggregateTypes, p.DeleteOn, p.IgnoreOn, p.FullStateOn} {
+		for _, pat := range list {
+			if _, err := path.Match(pat, ""); err != nil {
+				return bad("pattern", "%q: %v", pat, err)
+			}
+		}
+	}
+	if p.Index == "" {
+		return bad("index", "is required")
+	}
+	for key, v := range map[string]string{"id": p.ID, "version": p.Version, "after": p.After} {
+		if v != "" {
+			if err := validPath(v); err != nil {
+				return bad(key, "%v", err)
+			}
+		}
+	}
+	if p.Tenant != "" && p.Tenant != "-" {
+		if err := validPath(p.Tenant); err != nil {
+			return bad("tenant", "%v", err)
+		}
+	}
+	if p.SchemaVersion < 0 {
+		return bad("schema_version", "must be at least 1")
+	}
+	for i, f := range p.Fields {
+		key := fmt.Sprintf("fields[%d]", i)
+		if err := validPath(f.From); err != nil {
+			return bad(key+".from", "%v", err)
+		}
+		if f.To != "" {
+			if err := validPath(f.To); err != nil || strings.HasPrefix(f.To, "@") {
+				return bad(key+".to", "%q is not a dotted document path", f.To)
+			}
+		}
+		switch f.Type {
+		case TypeAny, TypeKeyword, TypeText, TypeLong, TypeDouble, TypeBoolean, TypeDate, TypeObject:
+		default:
+			return bad(key+".type", "%q is not one of keyword, text, long, double, boolean, date, object", f.Type)
+		}
+	}
+	return nil
+}
+
+// Find returns the first projection for an event type and aggregate type
+// whose index is one of indexes (all when indexes is empty), or nil.
+func (s *Set) Find(eventType, aggregateType string, indexes []string) *Projection {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, p := range s.projections {
+		if len(indexes) > 0 && !slices.Contains(indexes, p.Index) {
+			continue
+		}
+		if p.Matches(eventType, aggregateType) {
+			return p
+		}
+	}
+	return nil
+}
+
+// Upcast decodes the payload of e and brings it to schema_version target by
+// applying the registered upcasters in turn. A schema_version newer than
+// target, or a missing step, is a *PoisonError.
+func (s *Set) Upcast(e *outbox.Event, target int) (map[string]any, error) {
+	payload, err := Decode(e.Payload)
+	if err != nil {
+		return nil, poison(e, "", "payload is not a JSON object: %v", err)
+	}
+	v := max(e.SchemaVersion, 1)
+	newest := max(target, s.newest(e.EventType))
+	if v > newest {
+		return nil, poison(e, "", "schema_version %d is newer than any upcaster or projection knows (newest for %s is %d): register an upcaster to %d or upgrade searchsync", v, e.EventType, newest, v)
+	}
+	for ; v < newest; v++ {
+		u := s.upcaster(e.EventType, v)
+		if u == nil {
+			return nil, poison(e, "", "no upcaster for %s from schema_version %d to %d", e.EventType, v, v+1)
+		}
+		if err := u(payload); err != nil {
+			return nil, poison(e, "", "upcaster %s %d→%d: %v", e.EventType, v, v+1, err)
+		}
+	}
+	return payload, nil
+}
+
+func (s *Set) newest(eventType string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 1
+	for _, u := range s.upcasters {
+		if ok, _ := path.Match(u.pattern, eventType); ok {
+			n = max(n, u.from+1)
+		}
+	}
+	return n
+}
+
+func (s *Set) upcaster(eventType string, from int) Upcaster {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, u := range s.upcasters {
+		if ok, _ := path.Match(u.pattern, eventType); ok && u.from == from {
+			return u.fn
+		}
+	}
+	return nil
+}
+
+// Project upcasts and projects one event with the first matching projection
+// whose index is one of indexes (all when empty). versionPath is the default
+// version path of the index ("" means "version"). An event no projection
+// matches gives (nil, nil).
+func (s *Set) Project(e *outbox.Event, indexes []string, versionPath func(index string) string) (*Result, error) {
+	p := s.Find(e.EventType, e.AggregateType, indexes)
+	if p == nil {
+		return nil, nil
+	}
+	payload, err := s.Upcast(e, p.SchemaVersion)
+	if err != nil {
+		return nil, err
+	}
+	vp := p.Version
+	if vp == "" && versionPath != nil {
+		vp = versionPath(p.Index)
+	}
+	return p.project(e, payload, orDefault(vp, "version"))
+}
+
+func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPath string) (*Result, error) {
+	out := &Result{Projection: p.Name, Op: OpIndex, Index: p.Index}
+	switch {
+	case matchAny(p.IgnoreOn, e.EventType):
+		out.Op = OpIgnore
+	case matchAny(p.DeleteOn, e.EventType):
+		out.Op = OpDelete
+	}
+
+	id, ok := resolve(e, payload, p.ID)
+	if !ok || id == nil {
+		return nil, poison(e, p.Name, "no document id at %s", p.ID)
+	}
+	switch v := id.(type) {
+	case string:
+		out.ID = v
+	case json.Number:
+		out.ID = v.String()
+	default:
+		return nil, poison(e, p.Name, "document id at %s is %s, not a string or number", p.ID, kind(id))
+	}
+	if out.ID == "" || len(out.ID) > 512 {
+		return nil, poison(e, p.Name, "document id at %s is empty or longer than 512 bytes", p.ID)
+	}
+
+	if out.Op != OpIgnore {
+		ver, err := version(e, payload, versionPath)
+		if err != nil {
+			return nil, poison(e, p.Name, "%v", err)
+		}
+		out.Version = ver
+	}
+
+	if p.Tenant != "-" {
+		if t, ok := resolve(e, payload, p.Tenant); ok && t != nil {
+			switch v := t.(type) {
+			case string:
+				out.Tenant = v
+			case json.Number:
+				out.Tenant = v.String()
+			default:
+				return nil, poison(e, p.Name, "tenant at %s is %s, not a string", p.Tenant, kind(t))
+			}
+		}
+	}
+
+	if out.Op == OpIndex {
+		out.Partial = !matchAny(p.FullStateOn, e.EventType)
+		doc := map[string]any{}
+		if p.CopyAllOfAfter {
+			if a, ok := Lookup(payload, p.After); ok && a != nil {
+				am, ok := a.(map[string]any)
+				if !ok {
+					return nil, poison(e, p.Name, "%s is %s, not an object", p.After, kind(a))
+				}
+				doc = Clone(am)
+			}
+		}
+		for _, f := range p.Fields {
+			v, ok := resolve(e, payload, f.From)
+			if !ok {
+				continue // not mentioned: the current value stays
+			}
+			cv, err := convert(v, f.Type)
+			if err != nil {
+				return nil, poison(e, p.Name, "field %s (from %s): %v", f.To, f.From, err)
+			}
+			SetPath(doc, f.To, cv)
+		}
+		out.Doc = doc
+	}
+
+	if p.Go != "" {
+		if p.fn == nil {
+			return nil, poison(e, p.Name, "go function %q is not registered", p.Go)
+		}
+		if err := p.fn(&Input{Event: e, Payload: payload}, out); err != nil {
+			if pe, ok := err.(*PoisonError); ok {
+				return nil, pe
+			}
+			return nil, poison(e, p.Name, "go function %s: %v", p.Go, err)
+		}
+		if out.Op == OpIndex && out.Doc == nil {
+			out.Doc = map[string]any{}
+		}
+	}
+	return out, nil
+}
+
+// version reads the external version: an integer >= 0.
+func version(e *outbox.Event, payload map[string]any, path string) (int64, error) {
+	v, ok := resolve(e, payload, path)
+	if !ok || v == nil {
+		return 0, fmt.Errorf("payload has no version at %q (an integer >= 0 is required for external versioning)", path)
+	}
+	n, isNum := v.(json.Number)
+	if !isNum {
+		return 0, fmt.Errorf("version at %q is %s %s, not an integer", path, kind(v), short(v))
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("version at %q is %s, not an integer", path, n)
+	}
+	if i < 0 {
+		return 0, fmt.Errorf("version at %q is %d, negative", path, i)
+	}
+	return i, nil
+}
+
+// convert checks and converts a field value to its declared type.
+func convert(v any, t FieldType) (any, error) {
+	if v == nil || t == TypeAny {
+		return v, nil
+	}
+	bad := func() error { return fmt.Errorf("%s %s is not a %s", kind(v), short(v), t) }
+	switch t {
+	case TypeKeyword, TypeText:
+		switch x := v.(type) {
+		case string:
+			return x, nil
+		case json.Number:
+			return x.String(), nil
+		case bool:
+			return strconv.FormatBool(x), nil
+		case []any:
+			for _, el := range x {
+				if _, ok := el.(string); !ok {
+					return nil, bad()
+				}
+			}
+			return x, nil
+		}
+		return nil, bad()
+	case TypeLong:
+		var s string
+		switch x := v.(type) {
+		case json.Number:
+			s = x.String()
+		case string:
+			s = strings.TrimSpace(x)
+		default:
+			return nil, bad()
+		}
+		i, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, bad()
+		}
+		return json.Number(strconv.FormatInt(i, 10)), nil
+	case TypeDouble:
+		var s string
+		switch x := v.(type) {
+		case json.Number:
+			s = x.String()
+		case string:
+			s = strings.TrimSpace(x)
+		default:
+			return nil, bad()
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, bad()
+		}
+		return json.Number(s), nil
+	case TypeBoolean:
+		switch x := v.(type) {
+		case bool:
+			return x, nil
+		case string:
+			if b, err := strconv.ParseBool(x); err == nil {
+				return b, nil
+			}
+		}
+		return nil, bad()
+	case TypeDate:
+		switch v.(type) {
+		case string, json.Number:
+			return v, nil
+		}
+		return nil, bad()
+	case TypeObject:
+		if _, ok := v.(map[string]any); ok {
+			return v, nil
+		}
+		return nil, bad()
+	}
+	return v, nil
+}
+
+func kind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func short(v any) string {
+	b, _ := json.Marshal(v)
+	if len(b) > 40 {
+		return string(b[:37]) + "..."
+	}
+	return string(b)
+}
