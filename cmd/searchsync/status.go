@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/searchsync/searchsync/lag"
+)
+
+// StatusCmd prints lag, backlog, failures and blocked aggregates.
+type StatusCmd struct {
+	JSON bool `help:"Print JSON (the same document the dashboard reads)."`
+}
+
+// Run prints the status.
+func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
+	e, err := g.load(ctx)
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, e.cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	s, err := lag.NewReader(pool, e.cfg.Database.Schema, e.cfg.Consumers, e.cfg.Routes).Read(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	printStatus(os.Stdout, s)
+	return nil
+}
+
+func printStatus(out io.Writer, s *lag.Snapshot) {
+	fmt.Fprintf(out, "outbox at %s: %d pending (%d ready), %d failed, %d blocked aggregates, oldest pending %.1f s, last id %d\n\n",
+		s.At.Format("15:04:05"), s.Pending, s.Ready, s.Failed, s.BlockedCount, s.OldestPendingAge, s.LastID)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tTYPE\tINDEXES\tLAG (s)\tBACKLOG\tFAILED")
+	for _, c := range s.Consumers {
+		idx := "-"
+		if len(c.Indexes) > 0 {
+			idx = fmt.Sprint(c.Indexes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%d\t%d\n", c.Name, c.Type, idx, c.OldestPendingAge, c.Pending, c.Failed)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	fmt.Fprintln(tw, "AGGREGATE TYPE\tPENDING\tFAILED\tOLDEST PENDING (s)")
+	for _, a := range s.AggregateTypes {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\n", a.AggregateType, a.Pending, a.Failed, a.OldestPendingAge)
+	}
+	tw.Flush()
+	if len(s.Blocked) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(tw, "BLOCKED AGGREGATE\tHEAD\tSTATUS\tATTEMPTS\tWAITING\tLAST ERROR")
+		for _, b := range s.Blocked {
+			fmt.Fprintf(tw, "%s/%s\t%d\t%s\t%d\t%d\t%s\n", b.AggregateType, b.AggregateID, b.HeadID, b.Status, b.Attempts, b.Waiting, b.LastError)
+		}
+		tw.Flush()
+	}
+}
