@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/lag"
+	"github.com/searchsync/searchsync/outbox"
+)
+
+func TestStatusJSONAgreesWithTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	w := outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		var evs []outbox.Event
+		for i := 0; i < 30; i++ {
+			id := uuid.New()
+			for v := 1; v <= 2; v++ {
+				evs = append(evs, outbox.Event{EventType: "entity.customer.updated", AggregateType: "DDM_ENTITY", AggregateID: &id,
+					Payload: json.RawMessage(fmt.Sprintf(`{"version":%d}`, v))})
+			}
+		}
+		_, err := w.Write(ctx, tx, evs...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET status='dispatched', dispatched_at=now() WHERE id <= 20`)
+	db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET status='failed', attempts=3, last_error='hook: 400' WHERE id IN (21, 23)`)
+
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+consumers:
+  - {name: hook, type: webhook, webhook: {url: "http://127.0.0.1:1/x", secret: s}}
+routes:
+  - {consumer: hook, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema))
+	out, stderr, code := runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status", "--json")
+	if code != 0 {
+		t.Fatalf("status exited %d: %s", code, stderr)
+	}
+	var s lag.Snapshot
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	var pending, failed, blocked int64
+	var oldest float64
+	db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status='pending'), count(*) FILTER (WHERE status='failed'),
+		coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status='pending')), 0) FROM aa_outbox_event`).Scan(&pending, &failed, &oldest)
+	db.Pool.QueryRow(ctx, `SELECT count(DISTINCT aggregate_id) FROM aa_outbox_event WHERE status='failed'`).Scan(&blocked)
+	if s.Pending != pending || s.Failed != failed || s.BlockedCount != blocked {
+		t.Errorf("status says pending %d failed %d blocked %d; database says %d %d %d", s.Pending, s.Failed, s.BlockedCount, pending, failed, blocked)
+	}
+	if d := s.OldestPendingAge - oldest; d < -2 || d > 2 {
+		t.Errorf("oldest pending age: status %.2f, database %.2f", s.OldestPendingAge, oldest)
+	}
+	if len(s.Consumers) != 1 || s.Consumers[0].Pending != pending || s.Consumers[0].Failed != failed {
+		t.Errorf("consumer figures: %+v", s.Consumers)
+	}
+
+	// The table form names the same figures.
+	out, _, code = runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status")
+	if code != 0 || !contains(out, fmt.Sprintf("%d pending", pending), fmt.Sprintf("%d failed", failed), "hook") {
+		t.Errorf("status table:\n%s", out)
+	}
+}
+
+func contains(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
