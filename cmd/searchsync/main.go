@@ -31,6 +31,7 @@ type CLI struct {
 	Globals
 
 	Migrate MigrateCmd       `cmd:"" help:"Create or upgrade the outbox schema."`
+	Run     RunCmd           `cmd:"" help:"Deliver the outbox to the configured consumers until stopped."`
 	Status  StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
 	Version kong.VersionFlag `help:"Print the version."`
 }

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/migrations"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// RunCmd is the worker: it delivers the outbox until SIGTERM/SIGINT.
+type RunCmd struct {
+	ConnectTimeout time.Duration `default:"10s" help:"How long to try to reach PostgreSQL at start-up before giving up."`
+}
+
+// Run connects, checks the schema, builds consumers and routes, serves
+// /healthz and /readyz and runs the relay until ctx is done.
+func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
+	e, err := g.load(ctx)
+	if err != nil {
+		return err
+	}
+	cfg, logger := e.cfg, e.logger
+
+	pool, err := openRelayPool(ctx, cfg.Database, c.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := checkSchema(ctx, cfg.Database, logger); err != nil {
+		return err
+	}
+
+	consumers, err := buildConsumers(ctx, cfg, logger)
+	defer func() {
+		for _, cons := range consumers {
+			if cl, ok := cons.(sink.Closer); ok {
+				cl.Close()
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	rcfg, err := relay.FromConfig(cfg, consumers, logger)
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(pool, rcfg)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	srv := &http.Server{Handler: healthHandler(pool, r), ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("http: serving /healthz and /readyz", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http: server stopped", "error", err)
+		}
+	}()
+
+	runErr := r.Run(ctx)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutCtx)
+	return runErr
+}
+
+// openPool connects to the database and fails with the host it tried when it
+// cannot reach it.
+func openRelayPool(ctx context.Context, db config.Database, timeout time.Duration) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	pcfg.MaxConns = db.MaxConns
+	where := fmt.Sprintf("%s:%d (database %q, user %q)", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database, pcfg.ConnConfig.User)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s: %w", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL): %w", where, err)
+	}
+	return pool, nil
+}
+
+// checkSchema refuses a schema that is not migrated to this binary's version.
+func checkSchema(ctx context.Context, db config.Database, logger *slog.Logger) error {
+	m, err := migrations.New(ctx, db.URL, db.Schema, logger)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return m.Check(ctx)
+}
+
+// healthHandler serves /healthz (the process answers) and /readyz (the
+// database answers and the relay holds its leases).
+func healthHandler(pool *pgxpool.Pool, r *relay.Relay) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		ok, msg := r.Ready()
+		if !ok {
+			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ready: %s\n", msg)
+	})
+	return mux
+}
+
+// buildConsumers builds every configured consumer by name.
+func buildConsumers(ctx context.Context, cfg *config.Config, logger *slog.Logger) (map[string]sink.Consumer, error) {
+	out := map[string]sink.Consumer{}
+	for i, cc := range cfg.Consumers {
+		var (
+			cons sink.Consumer
+			err  error
+		)
+		switch cc.Type {
+		case "webhook":
+			cons = newPlainWebhook(cc.Name, *cc.Webhook)
+		default:
+			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
+		}
+		if err != nil {
+			return out, fmt.Errorf("consumers[%d] (%s): %w", i, cc.Name, err)
+		}
+		out[cc.Name] = cons
+	}
+	return out, nil
+}
+
+// plainWebhook is a stand-in webhook consumer (unsigned JSON POST, 2xx ok,
+// 408/429/5xx/network retry, other 4xx poison) until sink/webhook lands.
+type plainWebhook struct {
+	name   string
+	cfg    config.Webhook
+	client *http.Client
+}
+
+func newPlainWebhook(name string, cfg config.Webhook) *plainWebhook {
+	return &plainWebhook{name: name, cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}}
+}
+
+func (p *plainWebhook) Name() string { return p.name }
+
+func (p *plainWebhook) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+	out := make([]sink.Outcome, len(events))
+	groups := map[string][]int{}
+	var order []string
+	for i, e := range events {
+		key := e.AggregateKey()
+		if key == "" {
+			key = fmt.Sprintf("#%d", e.ID)
+		}
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], i)
+	}
+	var g errgroup.Group
+	g.SetLimit(p.cfg.Concurrency)
+	for _, key := range order {
+		idx := groups[key]
+		g.Go(func() error {
+			for _, i := range idx {
+				if ctx.Err() != nil {
+					return nil
+				}
+				out[i] = p.post(ctx, events[i])
+				if !out[i].Kind.Delivered() {
+					return nil
+				}
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return out
+}
+
+func (p *plainWebhook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
+	body, err := sink.Body(e)
+	if err != nil {
+		return sink.Poisonf("encode: %v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return sink.Poisonf("request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", fmt.Sprint(e.ID))
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return sink.Retryf("POST %s: %v", p.cfg.URL, err)
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+	resp.Body.Close()
+	switch s := resp.StatusCode; {
+	case s >= 200 && s < 300:
+		return sink.Ok()
+	case s == 408 || s == 429 || s >= 500:
+		return sink.Retryf("HTTP %d: %s", s, bytes.TrimSpace(msg))
+	default:
+		return sink.Poisonf("HTTP %d: %s", s, bytes.TrimSpace(msg))
+	}
+}

@@ -1,0 +1,59 @@
+// Package relay owns delivery: the loop behind `searchsync run` that claims
+// pending outbox events, hands them to the routed consumers (sink.Consumer)
+// and writes every outcome back, with ordered at-least-once semantics across
+// any number of relay instances sharing one database.
+//
+// # Partitions and leases
+//
+// Aggregates are spread over Config.Partitions partitions by
+//
+//	abs(hashtextextended(aggregate_type || '/' || aggregate_id::text, 0) % partitions)
+//
+// (the key the producer's advisory lock hashes); events without an
+// aggregate_id go to partition id % partitions. Every partition has one owner
+// at a time, recorded in aa_relay_lease (owner, epoch, expires_at). Every
+// instance heartbeats its row in aa_relay_instance each LeaseTTL/3, renews its
+// leases, takes free or expired partitions up to its fair share
+// ceil(partitions / live instances) and hands back partitions above its share
+// (after the batch in flight) so that a joining instance gets work. A killed
+// instance stops renewing; its leases expire after LeaseTTL and the others take
+// them over. No operator action is needed in any of these cases.
+//
+// # Fencing
+//
+// Taking a lease increments its epoch. The ack statement locks the acker's
+// lease rows FOR SHARE and updates only events whose partition is still held
+// by the acker with the epoch it claimed under and an unexpired lease, so an
+// instance that lost a partition (paused, cut off) can never record an outcome
+// for it; its events are delivered again by the new owner (at-least-once).
+//
+// # Claiming
+//
+// A claim is one statement, without row locks (the lease makes the partition
+// exclusive): pending events with available_at <= now() in owned partitions,
+// oldest available_at first, minus every event behind a blocker of its
+// aggregate (an earlier failed event, or an earlier pending one whose
+// available_at lies in the future), minus every event that is not part of the
+// unbroken run of undelivered events at the head of its aggregate. A batch may
+// therefore hold several consecutive events of one aggregate, in id order, so
+// consumers can coalesce them. Blocking is per aggregate only: every other
+// aggregate flows on.
+//
+// # Outcomes
+//
+// Each event goes to every consumer with a route that matches it (consumers run
+// concurrently); an event no route wants is skipped. Per aggregate the relay
+// walks the batch in id order: an event is dispatched when every routed
+// consumer said OK or Stale; a Retry adds one attempt, records
+// "<consumer>: <reason>" in last_error and moves available_at by exponential
+// backoff with jitter and a cap; Poison, or the last allowed attempt, makes it
+// failed. The aggregate's later events in the batch stay untouched. All
+// outcomes of a batch are written by one UPDATE … FROM unnest(…).
+//
+// # Waking up
+//
+// The relay LISTENs on outbox.Channel(schema) and also polls every
+// PollInterval; while claims come back full it loops without waiting. A lost
+// database connection is waited out with backoff; nothing is ever marked
+// failed because the database or a lease was unavailable.
+package relay

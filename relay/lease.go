@@ -1,0 +1,295 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// leases tracks the partitions this instance owns and keeps them in step
+// with aa_relay_lease: heartbeat, renew, acquire the fair share, release the
+// excess. The worker takes a snapshot of the claimable partitions per batch.
+type leases struct {
+	pool *pgxpool.Pool
+	q    *queries
+	cfg  *Config
+
+	mu         sync.Mutex
+	owned      map[int]int64 // partition -> epoch
+	releasing  map[int]bool  // above the fair share: no new claims, released when not in flight
+	inflight   map[int]bool  // partitions of the batch in flight
+	validUntil time.Time     // local deadline of the leases (last renewal start + ttl)
+	live       int           // live instances at the last heartbeat
+	beatAt     time.Time     // last successful heartbeat
+	lastErr    error
+
+	changed chan struct{} // signalled when partitions were acquired
+}
+
+func newLeases(pool *pgxpool.Pool, q *queries, cfg *Config) *leases {
+	return &leases{pool: pool, q: q, cfg: cfg, owned: map[int]int64{}, releasing: map[int]bool{},
+		inflight: map[int]bool{}, changed: make(chan struct{}, 1)}
+}
+
+// prepare creates the lease rows and refuses to run beside live instances
+// that use another partition count.
+func (l *leases) prepare(ctx context.Context) error {
+	var other string
+	var n int
+	err := l.pool.QueryRow(ctx, l.q.otherPartitionCount, l.cfg.Partitions, l.cfg.InstanceID).Scan(&other, &n)
+	switch {
+	case err == nil:
+		return fmt.Errorf("relay: instance %s runs with relay.partitions = %d, this one with %d; every relay of one database must use the same number (stop the others first to change it)", other, n, l.cfg.Partitions)
+	case err != pgx.ErrNoRows:
+		return fmt.Errorf("relay: read relay instances in schema %q: %w", l.cfg.Schema, err)
+	}
+	if _, err := l.pool.Exec(ctx, l.q.trimPartitions, l.cfg.Partitions); err != nil {
+		return fmt.Errorf("relay: trim partitions: %w", err)
+	}
+	if _, err := l.pool.Exec(ctx, l.q.ensurePartitions, l.cfg.Partitions); err != nil {
+		return fmt.Errorf("relay: create %d partition leases in schema %q: %w", l.cfg.Partitions, l.cfg.Schema, err)
+	}
+	return nil
+}
+
+// interval is the heartbeat period.
+func (l *leases) interval() time.Duration { return l.cfg.LeaseTTL / 3 }
+
+// run heartbeats until ctx is done.
+func (l *leases) run(ctx context.Context) {
+	t := time.NewTicker(l.interval())
+	defer t.Stop()
+	failing := false
+	for {
+		if err := l.tick(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				l.cfg.Logger.Warn("relay: lease heartbeat failed; keeping leases until they expire", "error", err, "instance", l.cfg.InstanceID)
+			}
+			failing = true
+		} else if failing {
+			l.cfg.Logger.Info("relay: lease heartbeat recovered", "instance", l.cfg.InstanceID)
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tick is one heartbeat: instance row, renewals, releases, acquisitions.
+func (l *leases) tick(ctx context.Context) error {
+	ttl := l.cfg.LeaseTTL.Milliseconds()
+	start := time.Now()
+	err := l.tickDB(ctx, start, ttl)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastErr = err
+	if err != nil && time.Now().After(l.validUntil) && len(l.owned) > 0 {
+		// Self-fencing: without renewal the leases are gone by now.
+		l.cfg.Logger.Warn("relay: leases expired without renewal; stopped claiming", "partitions", len(l.owned))
+		clear(l.owned)
+		clear(l.releasing)
+	}
+	return err
+}
+
+func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
+	host, _ := os.Hostname()
+	var live int
+	if err := l.pool.QueryRow(ctx, l.q.heartbeat, l.cfg.InstanceID, host, os.Getpid(), l.cfg.Partitions, ttl).Scan(&live); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if _, err := l.pool.Exec(ctx, l.q.forgetDead, 10*ttl); err != nil {
+		return fmt.Errorf("forget dead instances: %w", err)
+	}
+
+	// Renew what we hold.
+	l.mu.Lock()
+	parts, epochs := l.ownedArrays()
+	l.mu.Unlock()
+	kept := map[int]int64{}
+	if len(parts) > 0 {
+		rows, err := l.pool.Query(ctx, l.q.renew, l.cfg.InstanceID, parts, epochs, ttl)
+		if err != nil {
+			return fmt.Errorf("renew leases: %w", err)
+		}
+		var p int
+		var e int64
+		if _, err := pgx.ForEachRow(rows, []any{&p, &e}, func() error { kept[p] = e; return nil }); err != nil {
+			return fmt.Errorf("renew leases: %w", err)
+		}
+	}
+
+	l.mu.Lock()
+	for p := range l.owned {
+		if _, ok := kept[p]; !ok {
+			l.cfg.Logger.Warn("relay: lost lease", "partition", p, "epoch", l.owned[p])
+			delete(l.owned, p)
+			delete(l.releasing, p)
+		}
+	}
+	l.validUntil = start.Add(l.cfg.LeaseTTL)
+	l.live = live
+	l.beatAt = time.Now()
+	share := (l.cfg.Partitions + live - 1) / live
+	// Mark the excess (highest partitions first) and release what is not in flight.
+	if over := len(l.owned) - share; over > 0 {
+		ps := slices.Sorted(maps.Keys(l.owned))
+		for _, p := range ps[len(ps)-over:] {
+			l.releasing[p] = true
+		}
+	} else {
+		clear(l.releasing)
+	}
+	var release []int
+	for p := range l.releasing {
+		if !l.inflight[p] {
+			release = append(release, p)
+		}
+	}
+	want := share - len(l.owned)
+	l.mu.Unlock()
+
+	if len(release) > 0 {
+		if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, release); err != nil {
+			return fmt.Errorf("release leases: %w", err)
+		}
+		l.mu.Lock()
+		for _, p := range release {
+			delete(l.owned, p)
+			delete(l.releasing, p)
+		}
+		l.mu.Unlock()
+		l.cfg.Logger.Info("relay: released partitions for other instances", "partitions", release, "live_instances", live, "share", share)
+	}
+	if want > 0 {
+		rows, err := l.pool.Query(ctx, l.q.acquire, l.cfg.InstanceID, want, l.cfg.Partitions, ttl)
+		if err != nil {
+			return fmt.Errorf("acquire leases: %w", err)
+		}
+		got := map[int]int64{}
+		var p int
+		var e int64
+		if _, err := pgx.ForEachRow(rows, []any{&p, &e}, func() error { got[p] = e; return nil }); err != nil {
+			return fmt.Errorf("acquire leases: %w", err)
+		}
+		if len(got) > 0 {
+			l.mu.Lock()
+			maps.Copy(l.owned, got)
+			n := len(l.owned)
+			l.mu.Unlock()
+			l.cfg.Logger.Info("relay: acquired partitions", "partitions", slices.Sorted(maps.Keys(got)), "owned", n, "live_instances", live)
+			select {
+			case l.changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// ownedArrays returns the owned partitions and their epochs. Caller holds mu.
+func (l *leases) ownedArrays() ([]int32, []int64) {
+	parts := make([]int32, 0, len(l.owned))
+	epochs := make([]int64, 0, len(l.owned))
+	for p, e := range l.owned {
+		parts = append(parts, int32(p))
+		epochs = append(epochs, e)
+	}
+	return parts, epochs
+}
+
+// claimable is the worker's view for one batch: the partitions it may claim
+// from (with epochs), marked in flight until done is called. all reports that
+// the relay owns every partition (the claim needs no partition filter).
+type claimable struct {
+	parts  []int32
+	epochs []int64
+	all    bool
+}
+
+func (l *leases) begin() claimable {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Now().After(l.validUntil) {
+		return claimable{}
+	}
+	var c claimable
+	for p, e := range l.owned {
+		if l.releasing[p] {
+			continue
+		}
+		c.parts = append(c.parts, int32(p))
+		c.epochs = append(c.epochs, e)
+		l.inflight[p] = true
+	}
+	c.all = len(c.parts) == l.cfg.Partitions
+	return c
+}
+
+func (l *leases) done() {
+	l.mu.Lock()
+	clear(l.inflight)
+	l.mu.Unlock()
+}
+
+// count returns how many partitions are owned.
+func (l *leases) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.owned)
+}
+
+// ready reports whether the last heartbeat is recent and this instance holds
+// leases (or cannot hold any because there are more instances than partitions).
+func (l *leases) ready() (bool, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.beatAt.IsZero():
+		return false, "no heartbeat yet"
+	case time.Since(l.beatAt) > l.cfg.LeaseTTL:
+		msg := "heartbeat is stale"
+		if l.lastErr != nil {
+			msg += ": " + l.lastErr.Error()
+		}
+		return false, msg
+	case len(l.owned) == 0 && l.live <= l.cfg.Partitions:
+		return false, "no partition leases held yet"
+	}
+	return true, fmt.Sprintf("%d of %d partitions, %d live instances", len(l.owned), l.cfg.Partitions, l.live)
+}
+
+// leave releases every lease and removes the instance row, so that the
+// others take over at once instead of after the TTL.
+func (l *leases) leave(ctx context.Context) error {
+	l.mu.Lock()
+	parts, _ := l.ownedArrays()
+	clear(l.owned)
+	clear(l.releasing)
+	l.validUntil = time.Time{}
+	l.mu.Unlock()
+	ps := make([]int, len(parts))
+	for i, p := range parts {
+		ps[i] = int(p)
+	}
+	if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, ps); err != nil {
+		return fmt.Errorf("relay: release leases: %w", err)
+	}
+	if _, err := l.pool.Exec(ctx, l.q.leave, l.cfg.InstanceID); err != nil {
+		return fmt.Errorf("relay: remove instance: %w", err)
+	}
+	return nil
+}

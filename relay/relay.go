@@ -1,0 +1,471 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// Relay delivers the outbox of one schema. Create it with New and call Run.
+type Relay struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	q      queries
+	leases *leases
+	stats  counters
+
+	wake    chan struct{}
+	running atomic.Bool
+}
+
+// New checks cfg and returns a relay that uses pool (whose search_path does
+// not matter: every statement names the schema).
+func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema), wake: make(chan struct{}, 1)}
+	r.leases = newLeases(pool, &r.q, &r.cfg)
+	return r, nil
+}
+
+// InstanceID is the name of this relay in the lease tables.
+func (r *Relay) InstanceID() string { return r.cfg.InstanceID }
+
+// Ready reports whether the relay is heartbeating and holds leases, with a
+// short explanation for /readyz.
+func (r *Relay) Ready() (bool, string) {
+	if !r.running.Load() {
+		return false, "relay is not running"
+	}
+	return r.leases.ready()
+}
+
+// Run delivers until ctx is done, then finishes the batch in flight (for at
+// most Config.ShutdownGrace), releases its leases and returns nil. It returns
+// an error only when it cannot start (the lease tables are unusable, or other
+// relays use another partition count).
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("relay: already running")
+	}
+	defer r.running.Store(false)
+	if err := r.leases.prepare(ctx); err != nil {
+		return err
+	}
+	r.cfg.Logger.Info("relay: started", "instance", r.cfg.InstanceID, "schema", r.cfg.Schema,
+		"partitions", r.cfg.Partitions, "batch_size", r.cfg.BatchSize, "routes", len(r.cfg.Routes))
+
+	// Leases outlive ctx until the last batch is acked.
+	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { r.leases.run(leaseCtx) })
+	wg.Go(func() { r.listen(ctx) })
+	r.work(ctx)
+	stopLeases()
+	wg.Wait()
+
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.leases.leave(leaveCtx); err != nil {
+		r.cfg.Logger.Warn("relay: leaving: leases will expire by themselves", "error", err)
+	}
+	r.cfg.Logger.Info("relay: stopped", "instance", r.cfg.InstanceID)
+	return nil
+}
+
+// Wake makes the relay claim at once (as a NOTIFY would).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listen LISTENs on the outbox channel and wakes the worker on every
+// notification, reconnecting with backoff.
+func (r *Relay) listen(ctx context.Context) {
+	bo := newWaitBackoff()
+	channel := outbox.Channel(r.cfg.Schema)
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx, channel, bo)
+		if ctx.Err() != nil {
+			return
+		}
+		d := bo.NextBackOff()
+		r.cfg.Logger.Warn("relay: LISTEN connection lost; polling meanwhile", "channel", channel, "error", err, "retry_in", d.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, channel string, bo backoff.BackOff) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// A connection that was LISTENing is not returned to the pool.
+		c := conn.Hijack()
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		c.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	bo.Reset()
+	r.Wake() // anything notified while we were not listening
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		r.Wake()
+	}
+}
+
+// newWaitBackoff is the backoff for waiting out a lost database.
+func newWaitBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(200*time.Millisecond),
+		backoff.WithMaxInterval(15*time.Second),
+		backoff.WithMaxElapsedTime(0),
+	)
+}
+
+// work is the claim → deliver → ack loop.
+func (r *Relay) work(ctx context.Context) {
+	bo := newWaitBackoff()
+	poll := time.NewTimer(r.cfg.PollInterval)
+	defer poll.Stop()
+	failing := false
+	for ctx.Err() == nil {
+		full, err := r.batch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d := bo.NextBackOff()
+			if !failing {
+				r.cfg.Logger.Warn("relay: database unavailable; waiting (no event is marked failed for this)", "error", err, "retry_in", d.Round(time.Millisecond))
+			} else {
+				r.cfg.Logger.Debug("relay: still waiting for the database", "error", err, "retry_in", d.Round(time.Millisecond))
+			}
+			failing = true
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+			continue
+		}
+		if failing {
+			r.cfg.Logger.Info("relay: database reachable again")
+			failing = false
+		}
+		bo.Reset()
+		if full {
+			continue
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-r.wake:
+		case <-r.leases.changed:
+		case <-poll.C:
+		}
+	}
+}
+
+// claimed is one event of a batch with its partition.
+type claimed struct {
+	ev   outbox.Event
+	part int32
+}
+
+// batch claims, delivers and acks one batch. full reports that the claim was
+// full, so the loop goes on without waiting.
+func (r *Relay) batch(ctx context.Context) (full bool, err error) {
+	c := r.leases.begin()
+	defer r.leases.done()
+	if len(c.parts) == 0 {
+		return false, nil
+	}
+	bs := BatchStats{Partitions: len(c.parts)}
+
+	t0 := time.Now()
+	evs, scanned, err := r.claim(ctx, c)
+	bs.Claim = time.Since(t0)
+	if err != nil {
+		return false, fmt.Errorf("relay: claim: %w", err)
+	}
+	if len(evs) == 0 {
+		return false, nil
+	}
+	bs.Claimed = len(evs)
+
+	// Deliver even if ctx is cancelled now: the batch in flight finishes
+	// within the grace period, then is abandoned.
+	dctx, cancel := graceContext(ctx, r.cfg.ShutdownGrace)
+	defer cancel()
+	t1 := time.Now()
+	acks := r.deliver(dctx, evs, &bs)
+	bs.Deliver = time.Since(t1)
+
+	t2 := time.Now()
+	if err := r.ack(ctx, c, acks, &bs); err != nil {
+		return false, err
+	}
+	bs.Ack = time.Since(t2)
+	r.stats.add(bs)
+	if r.cfg.OnBatch != nil {
+		r.cfg.OnBatch(bs)
+	}
+	return scanned >= r.cfg.BatchSize, nil
+}
+
+// graceContext is a context that is not cancelled with parent, but grace
+// after parent is done.
+func graceContext(parent context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	stop := context.AfterFunc(parent, func() {
+		t := time.AfterFunc(grace, cancel)
+		context.AfterFunc(ctx, func() { t.Stop() })
+	})
+	return ctx, func() { stop(); cancel() }
+}
+
+func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) {
+	q := r.q.claimOwned
+	if c.all {
+		q = r.q.claimAll
+	}
+	rows, err := r.pool.Query(ctx, q, r.cfg.Partitions, c.parts, r.cfg.BatchSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []claimed
+	var scanned int
+	for rows.Next() {
+		var ce claimed
+		e := &ce.ev
+		if err := rows.Scan(&scanned, &ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
+			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
+			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		e.Status = outbox.StatusPending
+		out = append(out, ce)
+	}
+	return out, scanned, rows.Err()
+}
+
+// ackRow is what the ack statement writes for one event.
+type ackRow struct {
+	id        int64
+	part      int32
+	outcome   string // dispatched, skipped, retry, failed
+	lastError string
+	delay     time.Duration
+}
+
+// deliver routes the batch, runs the consumers concurrently and turns their
+// outcomes into ack rows (events left untouched get none).
+func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ackRow {
+	nRoutes := len(r.cfg.Routes)
+	// Routes naming the same consumer share one index (the first route's), so
+	// a consumer gets each event once.
+	cidx := make([]int, nRoutes)
+	first := map[string]int{}
+	for ri, rt := range r.cfg.Routes {
+		f, ok := first[rt.Consumer.Name()]
+		if !ok {
+			f = ri
+			first[rt.Consumer.Name()] = ri
+		}
+		cidx[ri] = f
+	}
+	// routed[i] lists the consumer indexes of event i.
+	routed := make([][]int, len(evs))
+	perConsumer := make([][]*outbox.Event, nRoutes)
+	perIndex := make([][]int, nRoutes)
+	for i := range evs {
+		e := &evs[i].ev
+		for ri, rt := range r.cfg.Routes {
+			ci := cidx[ri]
+			if slices.Contains(routed[i], ci) || (rt.Match != nil && !rt.Match(e.EventType, e.AggregateType)) {
+				continue
+			}
+			routed[i] = append(routed[i], ci)
+			perConsumer[ci] = append(perConsumer[ci], e)
+			perIndex[ci] = append(perIndex[ci], i)
+		}
+	}
+
+	// outcomes[ci][k] belongs to event perIndex[ci][k].
+	outcomes := make([][]sink.Outcome, nRoutes)
+	var wg sync.WaitGroup
+	for ci := range perConsumer {
+		if len(perConsumer[ci]) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			cons := r.cfg.Routes[ci].Consumer
+			out := cons.Deliver(ctx, perConsumer[ci])
+			if len(out) != len(perConsumer[ci]) {
+				r.cfg.Logger.Error("relay: consumer returned the wrong number of outcomes; treating the batch as not attempted",
+					"consumer", cons.Name(), "events", len(perConsumer[ci]), "outcomes", len(out))
+				out = make([]sink.Outcome, len(perConsumer[ci]))
+			}
+			outcomes[ci] = out
+		})
+	}
+	wg.Wait()
+	byEvent := make([]map[int]sink.Outcome, len(evs))
+	for ci, idx := range perIndex {
+		for k, i := range idx {
+			if byEvent[i] == nil {
+				byEvent[i] = map[int]sink.Outcome{}
+			}
+			byEvent[i][ci] = outcomes[ci][k]
+		}
+	}
+
+	// Per aggregate, in id order: stop at the first event not delivered.
+	stopped := map[string]bool{}
+	acks := make([]ackRow, 0, len(evs))
+	for i := range evs {
+		e := &evs[i].ev
+		key := e.AggregateKey()
+		if key != "" && stopped[key] {
+			bs.Untouched++
+			continue
+		}
+		row := ackRow{id: e.ID, part: evs[i].part}
+		if len(routed[i]) == 0 {
+			row.outcome = "skipped"
+			bs.Skipped++
+			acks = append(acks, row)
+			continue
+		}
+		var retry, poison, notAttempted bool
+		var reasons []string
+		stale := 0
+		for _, ci := range routed[i] {
+			o := byEvent[i][ci]
+			name := r.cfg.Routes[ci].Consumer.Name()
+			switch o.Kind {
+			case sink.OK:
+			case sink.Stale:
+				stale++
+			case sink.Retry:
+				retry = true
+				reasons = append(reasons, name+": "+o.Reason)
+			case sink.Poison:
+				poison = true
+				reasons = append(reasons, name+": "+o.Reason)
+			default:
+				notAttempted = true
+			}
+		}
+		switch {
+		case poison || retry:
+			row.lastError = strings.Join(reasons, "; ")
+			attempts := e.Attempts + 1
+			if poison || attempts >= r.cfg.MaxAttempts {
+				row.outcome = "failed"
+				bs.Failed++
+			} else {
+				row.outcome = "retry"
+				row.delay = backoffDelay(r.cfg.Backoff, attempts)
+				bs.Retried++
+			}
+		case notAttempted:
+			bs.Untouched++
+			if key != "" {
+				stopped[key] = true
+			}
+			continue
+		default:
+			row.outcome = "dispatched"
+			bs.Dispatched++
+			if stale > 0 {
+				bs.Stale++
+			}
+		}
+		acks = append(acks, row)
+		if row.outcome != "dispatched" && key != "" {
+			stopped[key] = true
+		}
+	}
+	return acks
+}
+
+// ack writes the outcomes in one statement, retrying while the database is
+// away for as long as the leases can still be valid.
+func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats) error {
+	if len(acks) == 0 {
+		return nil
+	}
+	n := len(acks)
+	ids := make([]int64, n)
+	parts := make([]int32, n)
+	outcome := make([]string, n)
+	lastErr := make([]string, n)
+	delay := make([]int64, n)
+	for i, a := range acks {
+		ids[i], parts[i], outcome[i], lastErr[i], delay[i] = a.id, a.part, a.outcome, a.lastError, a.delay.Milliseconds()
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
+	defer cancel()
+	bo := newWaitBackoff()
+	for {
+		tag, err := r.pool.Exec(actx, r.q.ack, r.cfg.InstanceID, c.parts, c.epochs, ids, parts, outcome, lastErr, delay)
+		if err == nil {
+			if fenced := n - int(tag.RowsAffected()); fenced > 0 {
+				bs.Fenced = fenced
+				r.cfg.Logger.Warn("relay: outcomes not recorded: partition lease lost (the new owner delivers these events again)",
+					"events", fenced, "batch", n)
+			}
+			return nil
+		}
+		d := bo.NextBackOff()
+		if actx.Err() != nil || time.Now().Add(d).After(deadline(actx)) {
+			return fmt.Errorf("relay: ack %d outcomes (they will be delivered again): %w", n, err)
+		}
+		r.cfg.Logger.Warn("relay: ack failed; retrying", "error", err, "retry_in", d.Round(time.Millisecond))
+		select {
+		case <-actx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+func deadline(ctx context.Context) time.Time {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return time.Now().Add(time.Hour)
+	}
+	return d
+}

@@ -1,0 +1,157 @@
+package relay
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// partitionExpr is the partition of event e among $1 partitions: the hash of
+// the aggregate key (the producer's advisory-lock key), or the id for events
+// without an aggregate.
+const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % $1::bigint
+	ELSE abs(hashtextextended(e.aggregate_type || '/' || e.aggregate_id::text, 0) % $1::bigint) END)::int`
+
+// claimSQL reads the next deliverable events of the owned partitions ($2;
+// the filter is left out when the relay owns every partition), at most $3.
+//
+//   - blocker: per aggregate, the first event that holds back the ones after it:
+//     failed, or pending with available_at in the future. Read through the
+//     small failed index and the pending index, so it costs what is blocked.
+//   - cand: pending, available events, oldest available_at first, without those
+//     behind a blocker (filtered before the LIMIT, so a blocked aggregate with a
+//     long tail never starves the others).
+//   - heads: per aggregate in cand, its first n undelivered ids (n = how many
+//     cand holds); an event is deliverable when it is the rn-th undelivered
+//     event of its aggregate and the rn-th of cand, i.e. the whole run from the
+//     head up to it is in the batch.
+const claimSQL = `
+WITH blocker AS (
+	SELECT aggregate_type, aggregate_id, min(id) AS first_id
+	FROM (SELECT aggregate_type, aggregate_id, id FROM {s}.aa_outbox_event
+	      WHERE status = 'failed' AND aggregate_id IS NOT NULL
+	      UNION ALL
+	      SELECT aggregate_type, aggregate_id, id FROM {s}.aa_outbox_event
+	      WHERE status = 'pending' AND available_at > now() AND aggregate_id IS NOT NULL) b
+	GROUP BY aggregate_type, aggregate_id
+),
+cand AS MATERIALIZED (
+	SELECT e.id, e.aggregate_type, e.aggregate_id, ` + partitionExpr + ` AS part
+	FROM {s}.aa_outbox_event e
+	WHERE e.status = 'pending' AND e.available_at <= now()
+	  {partition_filter}
+	  AND NOT EXISTS (SELECT 1 FROM blocker b
+	                  WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
+	                    AND b.first_id < e.id)
+	ORDER BY e.available_at, e.id
+	LIMIT $3
+),
+ranked AS (
+	SELECT c.*, row_number() OVER (PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.id) AS rn
+	FROM cand c
+),
+heads AS (
+	SELECT a.aggregate_type, a.aggregate_id,
+	       ARRAY(SELECT p.id FROM {s}.aa_outbox_event p
+	             WHERE p.aggregate_type = a.aggregate_type AND p.aggregate_id = a.aggregate_id
+	               AND p.status IN ('pending', 'failed')
+	             ORDER BY p.id LIMIT a.n) AS ids
+	FROM (SELECT aggregate_type, aggregate_id, count(*) AS n
+	      FROM cand WHERE aggregate_id IS NOT NULL GROUP BY 1, 2) a
+)
+SELECT (SELECT count(*) FROM cand) AS scanned, r.part,
+       e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
+       e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
+       e.available_at, e.created_at, e.created_by
+FROM ranked r
+JOIN {s}.aa_outbox_event e ON e.id = r.id
+LEFT JOIN heads h ON h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id
+WHERE r.aggregate_id IS NULL OR h.ids[r.rn] = r.id
+ORDER BY e.id`
+
+// ackSQL writes every outcome of a batch. It locks the acker's lease rows
+// FOR SHARE (a takeover waits until the ack is committed) and touches only
+// events whose partition the acker ($1) still holds with the epoch it claimed
+// under ($2/$3 partitions/epochs) and that are still pending.
+const ackSQL = `
+WITH lease AS (
+	SELECT l.partition FROM {s}.aa_relay_lease l
+	WHERE l.owner = $1 AND l.expires_at > now()
+	  AND (l.partition, l.epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))
+	FOR SHARE
+),
+o AS (
+	SELECT * FROM unnest($4::bigint[], $5::int[], $6::text[], $7::text[], $8::bigint[])
+	         AS o(id, part, outcome, last_error, delay_ms)
+	WHERE o.part IN (SELECT partition FROM lease)
+)
+UPDATE {s}.aa_outbox_event e SET
+	status = (CASE o.outcome WHEN 'retry' THEN 'pending' ELSE o.outcome END)::{s}.outbox_status,
+	attempts = e.attempts + CASE WHEN o.outcome IN ('retry', 'failed') THEN 1 ELSE 0 END,
+	last_error = CASE WHEN o.outcome IN ('retry', 'failed') THEN o.last_error ELSE e.last_error END,
+	available_at = CASE WHEN o.outcome = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' ELSE e.available_at END,
+	dispatched_at = CASE WHEN o.outcome = 'dispatched' THEN now() ELSE e.dispatched_at END
+FROM o
+WHERE e.id = o.id AND e.status = 'pending'`
+
+// Lease and membership statements. $1 is always the instance id.
+const (
+	ensurePartitionsSQL = `INSERT INTO {s}.aa_relay_lease (partition)
+SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING`
+
+	otherPartitionCountSQL = `SELECT id, partitions FROM {s}.aa_relay_instance
+WHERE expires_at > now() AND partitions <> $1 AND id <> $2 LIMIT 1`
+
+	trimPartitionsSQL = `DELETE FROM {s}.aa_relay_lease
+WHERE partition >= $1 AND (owner IS NULL OR expires_at <= now())`
+
+	heartbeatSQL = `INSERT INTO {s}.aa_relay_instance AS i (id, hostname, pid, partitions, expires_at)
+VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at
+RETURNING 1 + (SELECT count(*) FROM {s}.aa_relay_instance WHERE expires_at > now() AND id <> $1)`
+
+	forgetDeadSQL = `DELETE FROM {s}.aa_relay_instance WHERE expires_at < now() - $1::bigint * interval '1 millisecond'`
+
+	renewSQL = `UPDATE {s}.aa_relay_lease l SET expires_at = now() + $4::bigint * interval '1 millisecond'
+FROM unnest($2::int[], $3::bigint[]) AS h(partition, epoch)
+WHERE l.partition = h.partition AND l.epoch = h.epoch AND l.owner = $1
+RETURNING l.partition, l.epoch`
+
+	acquireSQL = `UPDATE {s}.aa_relay_lease l
+SET owner = $1, epoch = l.epoch + 1, expires_at = now() + $4::bigint * interval '1 millisecond', acquired_at = now()
+FROM (SELECT partition FROM {s}.aa_relay_lease
+      WHERE partition < $3 AND (owner IS NULL OR expires_at <= now())
+      ORDER BY partition LIMIT $2 FOR UPDATE SKIP LOCKED) f
+WHERE l.partition = f.partition
+RETURNING l.partition, l.epoch`
+
+	releaseSQL = `UPDATE {s}.aa_relay_lease SET owner = NULL, expires_at = '-infinity'
+WHERE owner = $1 AND partition = ANY($2::int[])`
+
+	leaveSQL = `DELETE FROM {s}.aa_relay_instance WHERE id = $1`
+)
+
+// queries holds the statements with the schema filled in.
+type queries struct {
+	claimAll, claimOwned, ack                             string
+	ensurePartitions, otherPartitionCount, trimPartitions string
+	heartbeat, forgetDead, renew, acquire, release, leave string
+}
+
+func newQueries(schema string) queries {
+	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize())
+	return queries{
+		claimAll:            r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND $2::int[] IS NOT NULL", 1)),
+		claimOwned:          r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND "+partitionExpr+" = ANY($2::int[])", 1)),
+		ack:                 r.Replace(ackSQL),
+		ensurePartitions:    r.Replace(ensurePartitionsSQL),
+		otherPartitionCount: r.Replace(otherPartitionCountSQL),
+		trimPartitions:      r.Replace(trimPartitionsSQL),
+		heartbeat:           r.Replace(heartbeatSQL),
+		forgetDead:          r.Replace(forgetDeadSQL),
+		renew:               r.Replace(renewSQL),
+		acquire:             r.Replace(acquireSQL),
+		release:             r.Replace(releaseSQL),
+		leave:               r.Replace(leaveSQL),
+	}
+}

@@ -1,0 +1,63 @@
+package relay
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// BatchStats are the figures of one batch, given to Config.OnBatch.
+type BatchStats struct {
+	Partitions int // partitions the batch was claimed from
+	Claimed    int // deliverable events claimed
+	Dispatched int // delivered to every routed consumer
+	Stale      int // of Dispatched: at least one consumer already held a newer version
+	Retried    int // back to pending with backoff
+	Failed     int // failed (poison, or attempts exhausted)
+	Skipped    int // no route wanted the event
+	Untouched  int // behind a non-delivered event of its aggregate, or not attempted
+	Fenced     int // outcomes not written because the partition lease was lost
+
+	Claim, Deliver, Ack time.Duration // time spent in each step
+}
+
+// Stats are the relay's totals since it was created.
+type Stats struct {
+	Batches, Claimed, Dispatched, Stale, Retried, Failed, Skipped, Untouched, Fenced uint64
+	// Partitions is the number of partitions owned now.
+	Partitions int
+	// ClaimTime, DeliverTime, AckTime add up the time spent in each step.
+	ClaimTime, DeliverTime, AckTime time.Duration
+}
+
+type counters struct {
+	batches, claimed, dispatched, stale, retried, failed, skipped, untouched, fenced atomic.Uint64
+	claimNs, deliverNs, ackNs                                                        atomic.Int64
+}
+
+func (c *counters) add(b BatchStats) {
+	c.batches.Add(1)
+	c.claimed.Add(uint64(b.Claimed))
+	c.dispatched.Add(uint64(b.Dispatched))
+	c.stale.Add(uint64(b.Stale))
+	c.retried.Add(uint64(b.Retried))
+	c.failed.Add(uint64(b.Failed))
+	c.skipped.Add(uint64(b.Skipped))
+	c.untouched.Add(uint64(b.Untouched))
+	c.fenced.Add(uint64(b.Fenced))
+	c.claimNs.Add(int64(b.Claim))
+	c.deliverNs.Add(int64(b.Deliver))
+	c.ackNs.Add(int64(b.Ack))
+}
+
+// Stats returns the relay's totals.
+func (r *Relay) Stats() Stats {
+	c := &r.stats
+	return Stats{
+		Batches: c.batches.Load(), Claimed: c.claimed.Load(), Dispatched: c.dispatched.Load(),
+		Stale: c.stale.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
+		Skipped: c.skipped.Load(), Untouched: c.untouched.Load(), Fenced: c.fenced.Load(),
+		Partitions: r.leases.count(),
+		ClaimTime:  time.Duration(c.claimNs.Load()), DeliverTime: time.Duration(c.deliverNs.Load()),
+		AckTime: time.Duration(c.ackNs.Load()),
+	}
+}
