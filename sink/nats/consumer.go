@@ -1,0 +1,372 @@
+package nats
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// Header names carried by every message besides Nats-Msg-Id.
+const (
+	HeaderEventID       = "Outbox-Event-Id"
+	HeaderEventType     = "Outbox-Event-Type"
+	HeaderSchemaVersion = "Outbox-Schema-Version"
+	HeaderAggregateType = "Outbox-Aggregate-Type"
+	HeaderAggregateID   = "Outbox-Aggregate-Id"
+	HeaderTenantID      = "Outbox-Tenant-Id"
+	HeaderCorrelationID = "Outbox-Correlation-Id"
+	HeaderCreatedAt     = "Outbox-Created-At"
+)
+
+// Consumer publishes events to a JetStream stream. It is safe for concurrent
+// use by several Deliver calls.
+type Consumer struct {
+	name    string
+	cfg     config.Nats
+	subject *Subject
+	logger  *slog.Logger
+	nc      *natsgo.Conn
+	js      jetstream.JetStream
+
+	closeOnce sync.Once
+}
+
+var _ sink.Consumer = (*Consumer)(nil)
+var _ sink.Closer = (*Consumer)(nil)
+
+// New connects to the server, then creates or updates the stream
+// (cfg.CreateStream) or checks that it exists, covers every subject of the
+// template and de-duplicates over at least cfg.DuplicateWindow.
+//
+// A configuration that cannot work (bad template, missing stream, subjects not
+// covered, a window too short, retention mismatch, JetStream disabled) returns
+// a *ConfigError at once. An unreachable server is waited for with backoff
+// until ctx ends, as for every other service searchsync depends on.
+// Zero fields of cfg take the defaults documented in config.Nats.
+func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger) (*Consumer, error) {
+	cfg.URL = cmp.Or(cfg.URL, natsgo.DefaultURL)
+	cfg.Subject = cmp.Or(cfg.Subject, "outbox.{aggregate_type}.{event_type}")
+	cfg.DuplicateWindow = cmp.Or(cfg.DuplicateWindow, 2*time.Minute)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 5*time.Second)
+	cfg.Retention = cmp.Or(cfg.Retention, "limits")
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 256)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Consumer{name: name, cfg: cfg, logger: logger.With("consumer", name, "stream", cfg.Stream)}
+	subj, err := ParseSubject(cfg.Subject)
+	if err != nil {
+		return nil, c.configErr("nats.subject", "%v", err)
+	}
+	c.subject = subj
+	switch {
+	case cfg.Stream == "":
+		return nil, c.configErr("nats.stream", "is required")
+	case cfg.DuplicateWindow < minDuplicateWindow:
+		return nil, c.configErr("nats.duplicate_window", "%s is too short to de-duplicate redeliveries (at least 2 × relay.lease_ttl)", cfg.DuplicateWindow)
+	case cfg.MaxInFlight < 1:
+		return nil, c.configErr("nats.max_in_flight", "must be positive")
+	}
+	if _, err := retentionPolicy(cfg.Retention); err != nil {
+		return nil, c.configErr("nats.retention", "%v", err)
+	}
+
+	wait := 250 * time.Millisecond
+	for {
+		err := c.start(ctx)
+		if err == nil {
+			return c, nil
+		}
+		c.Close()
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, cfg.URL, err)
+		}
+		c.logger.Warn("nats: not ready, retrying", "url", cfg.URL, "err", err, "retry_in", wait.String())
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, cfg.URL, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+func (c *Consumer) start(ctx context.Context) error {
+	nc, err := natsgo.Connect(c.cfg.URL,
+		natsgo.Name("searchsync "+c.name),
+		natsgo.Timeout(c.cfg.Timeout),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(time.Second),
+		// No reconnect buffer: a publish while disconnected fails at once
+		// (and becomes a Retry) instead of waiting in a buffer that is lost
+		// when the connection closes.
+		natsgo.ReconnectBufSize(-1),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				c.logger.Warn("nats: disconnected", "err", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			c.logger.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("nats: connect %s: %w", c.cfg.URL, err)
+	}
+	c.nc = nc
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(c.cfg.Timeout),
+		jetstream.WithPublishAsyncMaxPending(max(c.cfg.MaxInFlight*8, 4000)),
+	)
+	if err != nil {
+		return fmt.Errorf("nats: jetstream: %w", err)
+	}
+	c.js = js
+	return c.prepareStream(ctx)
+}
+
+// Name is the consumer's configured name.
+func (c *Consumer) Name() string { return c.name }
+
+// Close closes the connection; it is safe to call more than once.
+func (c *Consumer) Close() error {
+	c.closeOnce.Do(func() {
+		if c.nc != nil {
+			c.nc.Close()
+		}
+	})
+	return nil
+}
+
+// Subject returns the subject an event is published on.
+func (c *Consumer) Subject(e *outbox.Event) string { return c.subject.Render(e) }
+
+// Deliver publishes the events and waits for every PubAck.
+//
+// Per aggregate the events go one after the other: the next event of an
+// aggregate is published only after the previous one was acknowledged, and
+// an aggregate stops at its first failure (its later events are
+// NotAttempted), so the stream holds each aggregate's events in id order.
+// Different aggregates are published concurrently: the batch goes in rounds
+// (the first event of every aggregate, then the second, ...), each round
+// pipelined with at most nats.max_in_flight PubAcks outstanding.
+func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+	out := make([]sink.Outcome, len(events))
+	var rounds [][]int
+	depth := map[string]int{}
+	for i, e := range events {
+		r := 0
+		if k := e.AggregateKey(); k != "" {
+			r = depth[k]
+			depth[k]++
+		}
+		if r == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], i)
+	}
+	blocked := map[string]bool{}
+	for _, round := range rounds {
+		todo := round[:0:0]
+		for _, i := range round {
+			if !blocked[events[i].AggregateKey()] {
+				todo = append(todo, i)
+			}
+		}
+		c.publish(ctx, events, todo, out)
+		for _, i := range todo {
+			if k := events[i].AggregateKey(); k != "" && !out[i].Kind.Delivered() {
+				blocked[k] = true
+			}
+		}
+	}
+	return out
+}
+
+// inflight is one publish awaiting its PubAck.
+type inflight struct {
+	i        int
+	subject  string
+	f        jetstream.PubAckFuture
+	deadline time.Time
+}
+
+// publish sends events[idx] asynchronously, at most MaxInFlight awaiting a
+// PubAck, and writes every outcome into out.
+func (c *Consumer) publish(ctx context.Context, events []*outbox.Event, idx []int, out []sink.Outcome) {
+	var window []inflight
+	memo := lookups{}
+	wait := func() {
+		p := window[0]
+		window = window[1:]
+		out[p.i] = c.await(ctx, p, memo)
+	}
+	for _, i := range idx {
+		if ctx.Err() != nil {
+			break // the rest stays NotAttempted
+		}
+		for len(window) >= c.cfg.MaxInFlight {
+			wait()
+		}
+		e := events[i]
+		msg, err := c.message(e)
+		if err != nil {
+			out[i] = sink.Poisonf("%v", err)
+			continue
+		}
+		if st := c.nc.Status(); st != natsgo.CONNECTED {
+			out[i] = sink.Retryf("nats: not connected to %s (%s)", c.cfg.URL, st)
+			continue
+		}
+		f, err := c.js.PublishMsgAsync(msg, jetstream.WithExpectStream(c.cfg.Stream))
+		if err != nil {
+			out[i] = c.classify(ctx, msg.Subject, err, memo)
+			continue
+		}
+		window = append(window, inflight{i: i, subject: msg.Subject, f: f, deadline: time.Now().Add(c.cfg.Timeout)})
+	}
+	for len(window) > 0 {
+		wait()
+	}
+}
+
+// await waits for one PubAck until its deadline.
+func (c *Consumer) await(ctx context.Context, p inflight, memo lookups) sink.Outcome {
+	timer := time.NewTimer(time.Until(p.deadline))
+	defer timer.Stop()
+	select {
+	case ack := <-p.f.Ok():
+		if ack.Duplicate {
+			c.logger.Debug("nats: duplicate dropped by the stream", "subject", p.subject, "seq", ack.Sequence,
+				"msg_id", p.f.Msg().Header.Get(jetstream.MsgIDHeader))
+		}
+		return sink.Ok()
+	case err := <-p.f.Err():
+		return c.classify(ctx, p.subject, err, memo)
+	case <-timer.C:
+		return sink.Retryf("nats: no PubAck for %s within %s", p.subject, c.cfg.Timeout)
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// Stopping: leave the row as it is; the redelivery is
+			// de-duplicated by Nats-Msg-Id if the message was stored.
+			return sink.Outcome{Kind: sink.NotAttempted, Reason: "cancelled while waiting for the PubAck"}
+		}
+		return sink.Retryf("nats: no PubAck for %s before the batch deadline", p.subject)
+	}
+}
+
+// classify turns a publish error into an outcome.
+//
+//   - The server rejected the message (a JetStream API error with a 4xx code:
+//     message larger than the stream's max_msg_size, the subject captured by
+//     another stream than nats.stream, ...) or it exceeds the server's
+//     max_payload: Poison with the server's reason.
+//   - No responders: nothing listens on the subject. That means either that no
+//     stream covers it (the stream was changed after start-up) or that the
+//     stream is there but momentarily unavailable (a leader election, a
+//     restart). The consumer asks the server which stream holds the subject:
+//     when the server answers that none does, Poison; when the stream exists
+//     or the question cannot be answered, Retry.
+//   - Everything else (timeouts, disconnects, 5xx API errors such as
+//     insufficient resources): Retry.
+func (c *Consumer) classify(ctx context.Context, subject string, err error, memo lookups) sink.Outcome {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, natsgo.ErrMaxPayload):
+		return sink.Poisonf("nats: %s: message exceeds the server's max_payload: %v", subject, err)
+	case errors.As(err, &apiErr) && apiErr.Code < 500:
+		return sink.Poisonf("nats: stream %q rejected the message on %s: %s (code %d, err_code %d)",
+			c.cfg.Stream, subject, apiErr.Description, apiErr.Code, apiErr.ErrorCode)
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
+		return c.noResponders(ctx, subject, err, memo)
+	}
+	return sink.Retryf("nats: publish on %s: %v", subject, err)
+}
+
+// lookups remembers, within one round of publishes, which stream the server
+// said holds a subject, so that a stream that is down costs one lookup per
+// subject (and a lookup that fails stops further lookups), not one per event.
+type lookups map[string]lookup
+
+type lookup struct {
+	stream string
+	err    error
+}
+
+// failedKey marks a lookup that failed (not answered); later ones are skipped.
+const failedKey = ""
+
+func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr error, memo lookups) sink.Outcome {
+	if ctx.Err() != nil {
+		return sink.Retryf("nats: publish on %s: %v", subject, pubErr)
+	}
+	if l, ok := memo[failedKey]; ok {
+		return sink.Retryf("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, l.err)
+	}
+	l, ok := memo[subject]
+	if !ok {
+		lctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		l.stream, l.err = c.js.StreamNameBySubject(lctx, subject)
+		cancel()
+		if l.err != nil && !errors.Is(l.err, jetstream.ErrStreamNotFound) {
+			memo[failedKey] = l
+		} else {
+			memo[subject] = l
+		}
+	}
+	stream, err := l.stream, l.err
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return sink.Poisonf("nats: no stream covers subject %s (expected stream %q; the server answered: %v)", subject, c.cfg.Stream, pubErr)
+	case err != nil:
+		return sink.Retryf("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, err)
+	case stream != c.cfg.Stream:
+		return sink.Poisonf("nats: subject %s belongs to stream %q, not the configured %q", subject, stream, c.cfg.Stream)
+	}
+	return sink.Retryf("nats: stream %q covers %s but did not answer (%v); temporarily unavailable", stream, subject, pubErr)
+}
+
+// message builds the NATS message of an event.
+func (c *Consumer) message(e *outbox.Event) (*natsgo.Msg, error) {
+	body, err := sink.Body(e)
+	if err != nil {
+		return nil, fmt.Errorf("nats: encode event %d: %w", e.ID, err)
+	}
+	id := strconv.FormatInt(e.ID, 10)
+	h := natsgo.Header{}
+	h.Set(jetstream.MsgIDHeader, id)
+	h.Set(HeaderEventID, id)
+	h.Set(HeaderEventType, e.EventType)
+	h.Set(HeaderSchemaVersion, strconv.Itoa(e.SchemaVersion))
+	h.Set(HeaderAggregateType, e.AggregateType)
+	if e.AggregateID != nil {
+		h.Set(HeaderAggregateID, e.AggregateID.String())
+	}
+	if e.TenantID != nil {
+		h.Set(HeaderTenantID, e.TenantID.String())
+	}
+	if e.CorrelationID != nil {
+		h.Set(HeaderCorrelationID, e.CorrelationID.String())
+	}
+	if !e.CreatedAt.IsZero() {
+		h.Set(HeaderCreatedAt, e.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	h.Set("Content-Type", "application/json")
+	return &natsgo.Msg{Subject: c.subject.Render(e), Header: h, Data: body}, nil
+}

@@ -1,0 +1,94 @@
+// Package nats owns the queue consumer: it publishes every routed outbox
+// event to a NATS JetStream stream and reports one sink.Outcome per event.
+//
+// # Messages
+//
+// The subject comes from the template in config.Nats (default
+// "outbox.{aggregate_type}.{event_type}"); see Subject for how placeholders
+// expand and are sanitized. The body is sink.Body(e), the same JSON as the
+// webhook consumer's. Headers: Nats-Msg-Id and Outbox-Event-Id (the event
+// id), Outbox-Event-Type, Outbox-Schema-Version, Outbox-Aggregate-Type,
+// Outbox-Aggregate-Id, Outbox-Tenant-Id, Outbox-Correlation-Id (the last
+// three only when set), Outbox-Created-At (RFC 3339) and Content-Type.
+//
+// # Acknowledgements and outcomes
+//
+// Every publish waits for its PubAck (async publishes, at most
+// nats.max_in_flight outstanding per batch, all awaited). A PubAck — also one
+// that says the stream dropped a duplicate — is OK. No PubAck within
+// nats.timeout, a lost connection or a 5xx API error is Retry. A rejection is
+// Poison with the server's reason: a 4xx JetStream API error (message larger
+// than the stream's max_msg_size, subject held by another stream) or a
+// message larger than the server's max_payload.
+//
+// "No responders" needs care: it says that nothing listens on the subject,
+// which is the case when no stream covers it, but also, for a moment, when
+// the stream exists and is unavailable (a leader election in a cluster, a
+// restart). The consumer then asks the server which stream holds the subject:
+// only when the server answers that none does is the event Poison ("no stream
+// covers subject ..."); when the stream is there, or the question gets no
+// answer, it is Retry. Since the start-up check guarantees that the stream
+// covers every subject of the template, Poison here means the stream was
+// changed or deleted after start-up; an operator retries the failed events
+// after fixing it.
+//
+// # Order per aggregate
+//
+// Within a batch the next event of an aggregate is published only after the
+// previous one was acknowledged, and an aggregate stops at its first failure
+// (later events NotAttempted); aggregates are published concurrently. The
+// relay hands an aggregate's next event only after the previous one was
+// delivered, so the stream holds every aggregate's events in id order. A
+// subscriber keeps that order either by
+//
+//   - one subject per aggregate: put {aggregate_id} in the template
+//     ("outbox.{aggregate_type}.{aggregate_id}.{event_type}") and read an
+//     aggregate's subject ("outbox.DDM_ENTITY.<id>.>") with an ordered
+//     consumer, or with a durable consumer with max_ack_pending: 1 per
+//     filter subject, or
+//   - one durable consumer with max_ack_pending: 1 over the whole stream
+//     (global order, which includes per-aggregate order, at the cost of
+//     throughput), or
+//   - several consumers each filtering a disjoint subject subset, each with
+//     max_ack_pending: 1.
+//
+// A consumer with max_ack_pending > 1 and redelivery (AckWait) can process an
+// aggregate's events out of order: a message redelivered after AckWait
+// arrives after its successors.
+//
+// # De-duplication and the duplicate window
+//
+// Nats-Msg-Id is the event id, so the stream drops a message whose id it
+// stored within its duplicate window (nats.duplicate_window, default 2m;
+// the configuration requires at least 2 × relay.lease_ttl). Redeliveries
+// come from two places:
+//
+//   - a relay crash between publish and ack: the partition's next owner
+//     delivers again after the lease expires (≤ relay.lease_ttl), well inside
+//     the window;
+//   - a retry after another consumer of the same event failed (an event is
+//     dispatched only when every consumer routed to it succeeded, so the
+//     queue gets it again), or after a PubAck was lost: the redelivery comes
+//     after relay.backoff (initial 1s, doubling, capped at relay.backoff.max,
+//     default 10m).
+//
+// A redelivery later than the window — a long outage of another consumer, a
+// backoff beyond the window, an operator retrying failed events days later —
+// is stored again. Subscribers must therefore still de-duplicate by
+// Nats-Msg-Id (the event id) themselves, e.g. by remembering the highest
+// event id applied per aggregate (ids grow per aggregate) or by an
+// idempotent upsert keyed by the id. Raise nats.duplicate_window to cover
+// relay.backoff.max if fewer duplicates matter more than the memory the
+// server spends on the window (one entry per message in the window).
+//
+// # Stream management
+//
+// With nats.create_stream the stream is created with subjects
+// "<prefix>.>" (the template's literal tokens before its first placeholder),
+// nats.retention, nats.duplicate_window and nats.max_age, or an existing one
+// is updated (subjects added when not covered, window and max age set;
+// retention cannot change in place and a mismatch is an error). Without it
+// the stream must exist, cover every subject the template can produce and
+// de-duplicate over at least nats.duplicate_window. Any of these problems
+// stops start-up with a *ConfigError naming the key.
+package nats
