@@ -19,6 +19,7 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
+	natssink "github.com/searchsync/searchsync/sink/nats"
 )
 
 // RunCmd is the worker: it delivers the outbox until SIGTERM/SIGINT.
@@ -150,6 +151,8 @@ func buildConsumers(ctx context.Context, cfg *config.Config, logger *slog.Logger
 		switch cc.Type {
 		case "webhook":
 			cons = newPlainWebhook(cc.Name, *cc.Webhook)
+		case "nats":
+			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
 		}
