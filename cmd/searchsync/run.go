@@ -56,21 +56,25 @@ func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	obs := newObserver(cfg, pool, logger)
+	obs.instrument(cfg, consumers)
 	rcfg, err := relay.FromConfig(cfg, consumers, logger)
 	if err != nil {
 		return err
 	}
+	rcfg.OnBatch = obs.metrics.ObserveBatch
 	r, err := relay.New(pool, rcfg)
 	if err != nil {
 		return err
 	}
+	go obs.sampler.Run(ctx)
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: healthHandler(pool, r), ReadHeaderTimeout: 5 * time.Second}
-	logger.Info("http: serving /healthz and /readyz", "addr", ln.Addr().String())
+	srv := &http.Server{Handler: obs.handler(healthHandler(pool, r), pool, cfg.Database.Schema, r, logger), ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("http: serving the dashboard, /metrics, /healthz and /readyz", "url", "http://"+ln.Addr().String()+"/")
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http: server stopped", "error", err)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/searchsync/searchsync/dashboard"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/metrics"
+	"github.com/searchsync/searchsync/lag"
+	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// observer is the relay process's view of itself: Prometheus metrics, the
+// lag sampler and the dashboard.
+type observer struct {
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	sampler *lag.Sampler
+	drift   func() []string
+}
+
+func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reader := lag.NewReader(pool, cfg.Database.Schema, cfg.Consumers, cfg.Routes)
+	sampler := lag.NewSampler(reader, lag.SamplerConfig{}, logger)
+	reg.MustRegister(lag.NewCollector(sampler))
+	return &observer{reg: reg, metrics: metrics.New(reg), sampler: sampler}
+}
+
+// instrument wraps every consumer with metrics.
+func (o *observer) instrument(cfg *config.Config, consumers map[string]sink.Consumer) {
+	for _, cc := range cfg.Consumers {
+		c, ok := consumers[cc.Name]
+		if !ok {
+			continue
+		}
+		var indexes []string
+		if cc.Search != nil {
+			indexes = cc.Search.Indexes
+		}
+		consumers[cc.Name] = o.metrics.Instrument(c, indexes)
+	}
+}
+
+// handler serves /metrics, the dashboard (/ and /api/state) and whatever
+// health handler is passed in (/healthz, /readyz).
+func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema string, r *relay.Relay, logger *slog.Logger) http.Handler {
+	metrics.RegisterRelay(o.reg, r)
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", health)
+	mux.Handle("/readyz", health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", dashboard.Handler(dashboard.Source{
+		Sampler:    o.sampler,
+		Instance:   r.InstanceID(),
+		Drift:      o.drift,
+		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) { return partitionOwners(ctx, pool, schema) },
+		Logger:     logger,
+	}))
+	return mux
+}
+
+// partitionOwners lists the live relay instances and the partitions they own.
+func partitionOwners(ctx context.Context, pool *pgxpool.Pool, schema string) ([]dashboard.Partition, error) {
+	s := pgx.Identifier{schema}.Sanitize()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rows, err := pool.Query(ctx, fmt.Sprintf(`
+		SELECT i.id, coalesce(array_agg(l.partition ORDER BY l.partition) FILTER (WHERE l.partition IS NOT NULL), '{}'), i.heartbeat_at
+		FROM %[1]s.aa_relay_instance i
+		LEFT JOIN %[1]s.aa_relay_lease l ON l.owner = i.id AND l.expires_at > now()
+		WHERE i.expires_at > now()
+		GROUP BY i.id, i.heartbeat_at ORDER BY i.id`, s))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (dashboard.Partition, error) {
+		var p dashboard.Partition
+		var parts []int32
+		err := row.Scan(&p.Owner, &parts, &p.Heartbeat)
+		for _, x := range parts {
+			p.Partitions = append(p.Partitions, int(x))
+		}
+		return p, err
+	})
+}

@@ -1,0 +1,130 @@
+// Package metrics owns searchsync's Prometheus metrics for the relay process:
+// deliveries by consumer and outcome, commit → delivered latency histograms
+// per consumer and index, consumer call durations, batch figures and
+// partitions owned. Lag and backlog gauges come from the lag package's
+// collector, registered beside these.
+package metrics
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// Metrics holds the relay's collectors.
+type Metrics struct {
+	deliveries *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	callTime   *prometheus.HistogramVec
+	batchSize  prometheus.Histogram
+	stepTime   *prometheus.HistogramVec
+	batchOut   *prometheus.CounterVec
+}
+
+// LatencyBuckets cover 5 ms to about 10 minutes.
+var LatencyBuckets = prometheus.ExponentialBucketsRange(0.005, 600, 20)
+
+// New registers the relay's metrics with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "searchsync_deliveries_total", Help: "Events handed to a consumer, by outcome (ok, stale, retry, poison, not_attempted).",
+		}, []string{"consumer", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "searchsync_delivery_latency_seconds", Help: "Time from an event's created_at (its transaction) until a consumer delivered it.",
+			Buckets: LatencyBuckets,
+		}, []string{"consumer", "index"}),
+		callTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "searchsync_consumer_call_seconds", Help: "Duration of one consumer call for a batch (for the search consumer: projection, _mget and _bulk).",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 16),
+		}, []string{"consumer"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "searchsync_batch_events", Help: "Events claimed per relay batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		stepTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "searchsync_batch_step_seconds", Help: "Time per relay batch step (claim, deliver, ack).",
+			Buckets: prometheus.ExponentialBucketsRange(0.0005, 30, 16),
+		}, []string{"step"}),
+		batchOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "searchsync_events_total", Help: "Events by the state the relay wrote (dispatched, stale, retried, failed, skipped, fenced).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.deliveries, m.latency, m.callTime, m.batchSize, m.stepTime, m.batchOut)
+	return m
+}
+
+// ObserveBatch records one relay batch; use it as relay.Config.OnBatch.
+func (m *Metrics) ObserveBatch(b relay.BatchStats) {
+	if b.Claimed == 0 {
+		return
+	}
+	m.batchSize.Observe(float64(b.Claimed))
+	m.stepTime.WithLabelValues("claim").Observe(b.Claim.Seconds())
+	m.stepTime.WithLabelValues("deliver").Observe(b.Deliver.Seconds())
+	m.stepTime.WithLabelValues("ack").Observe(b.Ack.Seconds())
+	for res, n := range map[string]int{"dispatched": b.Dispatched, "stale": b.Stale, "retried": b.Retried,
+		"failed": b.Failed, "skipped": b.Skipped, "fenced": b.Fenced} {
+		if n > 0 {
+			m.batchOut.WithLabelValues(res).Add(float64(n))
+		}
+	}
+}
+
+// RegisterRelay exports the partitions the relay owns.
+func RegisterRelay(reg prometheus.Registerer, r *relay.Relay) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "searchsync_relay_partitions_owned", Help: "Partitions this relay instance owns now.",
+		ConstLabels: prometheus.Labels{"instance_id": r.InstanceID()},
+	}, func() float64 { return float64(r.Stats().Partitions) }))
+}
+
+// Instrument wraps a consumer so that its outcomes, call durations and the
+// commit → delivered latency of what it delivered are recorded. indexes are
+// the search indexes the consumer writes (empty for other consumers).
+func (m *Metrics) Instrument(c sink.Consumer, indexes []string) sink.Consumer {
+	return &instrumented{Consumer: c, m: m, index: strings.Join(indexes, ",")}
+}
+
+type instrumented struct {
+	sink.Consumer
+	m     *Metrics
+	index string
+}
+
+// Unwrap returns the wrapped consumer.
+func (i *instrumented) Unwrap() sink.Consumer { return i.Consumer }
+
+func (i *instrumented) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+	start := time.Now()
+	out := i.Consumer.Deliver(ctx, events)
+	now := time.Now()
+	name := i.Consumer.Name()
+	i.m.callTime.WithLabelValues(name).Observe(now.Sub(start).Seconds())
+	counts := map[sink.Kind]int{}
+	lat := i.m.latency.WithLabelValues(name, i.index)
+	for j, o := range out {
+		counts[o.Kind]++
+		if o.Kind.Delivered() && !events[j].CreatedAt.IsZero() {
+			lat.Observe(now.Sub(events[j].CreatedAt).Seconds())
+		}
+	}
+	for k, n := range counts {
+		i.m.deliveries.WithLabelValues(name, k.String()).Add(float64(n))
+	}
+	return out
+}
+
+// Close closes the wrapped consumer when it holds connections.
+func (i *instrumented) Close() error {
+	if c, ok := i.Consumer.(sink.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
