@@ -4,9 +4,12 @@ const $ = (id) => document.getElementById(id);
 const fmt = (n, d = 1) => (n === undefined || n === null) ? "–" : Number(n).toFixed(d);
 const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 
-function rows(id, items, cells) {
-  $(id).querySelector("tbody").innerHTML = (items || []).map((it) =>
-    "<tr>" + cells(it).map((c, i) => `<td${i === cells(it).length - 1 ? ' class="err"' : ""}>${esc(c)}</td>`).join("") + "</tr>").join("");
+// rows fills a table body; with errLast the last cell is an error message.
+function rows(id, items, cells, errLast = false) {
+  $(id).querySelector("tbody").innerHTML = (items || []).map((it) => {
+    const cs = cells(it);
+    return "<tr>" + cs.map((c, i) => `<td${errLast && i === cs.length - 1 ? ' class="err"' : ""}>${esc(c)}</td>`).join("") + "</tr>";
+  }).join("");
 }
 
 function chart(svg, points, series) {
@@ -44,8 +47,8 @@ async function refresh() {
   $("drift").hidden = drift.length === 0;
   $("drift").innerHTML = drift.map(esc).join("<br>");
   rows("consumers", s.consumers, (c) => [c.name, c.type, (c.indexes || []).join(", "), fmt(c.oldest_pending_age_seconds), c.pending, c.failed]);
-  rows("failures", s.failures, (f) => [f.id, f.event_type, f.aggregate_type + "/" + (f.aggregate_id || "–"), f.attempts, f.last_error]);
-  rows("blockedtbl", s.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.status, b.waiting, b.last_error]);
+  rows("failures", s.failures, (f) => [f.id, f.event_type, f.aggregate_type + "/" + (f.aggregate_id || "–"), f.attempts, f.last_error], true);
+  rows("blockedtbl", s.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.status, b.waiting, b.last_error], true);
   rows("partitions", st.partitions, (p) => [p.owner, (p.partitions || []).length + " (" + (p.partitions || []).join(",") + ")", new Date(p.heartbeat).toLocaleTimeString()]);
   const colors = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed"];
   const names = Object.keys((st.history[st.history.length - 1] || {}).consumer_lag_seconds || {});

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/searchsync/searchsync/internal/loadgen"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// freeAddr returns a free 127.0.0.1 port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startRelay runs `searchsync run` with the config and stops it (SIGTERM) at
+// cleanup. It returns once /readyz answers 200.
+func startRelay(t *testing.T, cfgFile, addr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(binary, "-c", cfgFile, "run")
+	cmd.Env = append(os.Environ(), "DATABASE_URL=", "SEARCHSYNC_LOG_LEVEL=warn")
+	logf, _ := os.Create(filepath.Join(t.TempDir(), "relay.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("relay log:\n%s", b)
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, "relay never became ready")
+	return cmd
+}
+
+// metricValue reads one unlabelled gauge from /metrics.
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not in /metrics", name)
+	return 0
+}
+
+// TestDashboardInBrowser opens the dashboard in headless Chromium while the
+// relay delivers a steady load, and checks that it shows a non-zero throughput
+// and a lag that agrees with /metrics.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	addr := freeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+http: {listen: %q}
+relay: {poll_interval: 200ms}
+consumers:
+  - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
+routes:
+  - {consumer: crm-hook, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema, addr, hook.URL))
+	startRelay(t, cfg, addr)
+
+	// A steady load through the producer API for the whole test.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		_, err := loadgen.Steady(ctx, db.Pool, outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema}), loadgen.New(1), 200, 10, 2*time.Second, 20)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("load: %v", err)
+		}
+	})
+
+	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.WindowSize(1280, 1100))...)
+	defer cancel()
+	bctx, cancel = chromedp.NewContext(bctx)
+	defer cancel()
+	// The first call starts the browser; it must not carry a timeout.
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatalf("open dashboard: %v", err)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return s
+	}
+	// Wait until the page shows deliveries.
+	var throughput, lagText string
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		throughput = text("#throughput")
+		f, err := strconv.ParseFloat(strings.TrimSuffix(throughput, " /s"), 64)
+		return err == nil && f > 0
+	}, "dashboard throughput stayed %q", throughput)
+
+	// The lag on the page agrees with /metrics (both read the same sampler;
+	// allow for one sampling interval between the two reads).
+	lagText = text("#lag")
+	pageLag, err := strconv.ParseFloat(strings.TrimSuffix(lagText, " s"), 64)
+	if err != nil {
+		t.Fatalf("lag on the page %q: %v", lagText, err)
+	}
+	metricLag := metricValue(t, addr, "searchsync_outbox_oldest_pending_age_seconds")
+	if d := pageLag - metricLag; d < -2.5 || d > 2.5 {
+		t.Errorf("dashboard lag %.1f s, /metrics %.2f s", pageLag, metricLag)
+	}
+	if pageLag > 30 {
+		t.Errorf("lag %.1f s under a light load", pageLag)
+	}
+	consumerRow := text("#consumers tbody")
+	if !strings.Contains(consumerRow, "crm-hook") {
+		t.Errorf("consumer table: %q", consumerRow)
+	}
+
+	// The README's screenshot.
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "dashboard.png")
+	if os.Getenv("SEARCHSYNC_UPDATE_SCREENSHOT") != "" {
+		out = "../../docs/dashboard.png"
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chromiumPath(t *testing.T) string {
+	for _, p := range []string{os.Getenv("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium: install Debian's chromium package (.ci/run does) or set CHROMIUM")
+	return ""
+}
