@@ -1,0 +1,106 @@
+package reindex
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/searchsync/searchsync/indexer"
+)
+
+// Abort stops the running reindex of alias: the job ends aborted (its owner,
+// if alive, notices at its next heartbeat and stops), dual writes stop, and
+// the new index is deleted once no consumer writes to it. The live alias is
+// never touched. It returns the deleted index ("" when none was created).
+func Abort(ctx context.Context, db querier, eng indexer.Engine, alias string, log *slog.Logger) (string, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	j, _, err := Running(ctx, db, alias)
+	if err != nil {
+		return "", err
+	}
+	ok, err := markAborted(ctx, db, j.ID, "aborted by an operator (searchsync reindex abort)")
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("reindex: job %d of %s finished while aborting", j.ID, alias)
+	}
+	target := j.Params.Target
+	if target == "" {
+		return "", nil
+	}
+	if aliases, err := eng.AliasTargets(ctx, alias); err == nil && slices.Contains(aliases, target) {
+		return "", fmt.Errorf("reindex: the alias %s already points to %s (the swap happened); nothing deleted", alias, target)
+	}
+	dropTarget(ctx, eng, alias, target, log)
+	return target, nil
+}
+
+// Expired is an old index whose keep time has passed.
+type Expired struct {
+	JobID       int64
+	Alias       string
+	Index       string
+	DeleteAfter time.Time
+}
+
+const expiredSQL = `
+SELECT id, job_key, result FROM aa_job
+WHERE job_kind = $1 AND state = 'succeeded' AND result IS NOT NULL
+  AND NOT coalesce((result->>'old_deleted')::boolean, false)
+  AND (result->>'delete_after')::timestamptz <= $2
+ORDER BY id`
+
+// Cleanup deletes the old indexes of finished reindexes whose keep time
+// (--keep-old) has passed at now, and records that in each job's result. An
+// index an alias still points to is never deleted. `searchsync reindex
+// cleanup` and every `searchsync reindex` run call it; a scheduler may too.
+func Cleanup(ctx context.Context, db querier, eng indexer.Engine, now time.Time, log *slog.Logger) ([]Expired, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	rows, err := db.Query(ctx, expiredSQL, JobKind, now)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: cleanup: %w", err)
+	}
+	var list []Expired
+	for rows.Next() {
+		var e Expired
+		var raw []byte
+		if err := rows.Scan(&e.JobID, &e.Alias, &raw); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reindex: cleanup: %w", err)
+		}
+		var res Result
+		if json.Unmarshal(raw, &res) != nil || res.OldIndex == "" {
+			continue
+		}
+		e.Index, e.DeleteAfter = res.OldIndex, res.DeleteAfter
+		list = append(list, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reindex: cleanup: %w", err)
+	}
+	var done []Expired
+	for _, e := range list {
+		if aliases, err := eng.AliasTargets(ctx, e.Alias); err != nil {
+			return done, fmt.Errorf("reindex: cleanup: alias %s: %w", e.Alias, err)
+		} else if slices.Contains(aliases, e.Index) {
+			log.Warn("reindex: cleanup: the alias points to the old index again; keeping it", "alias", e.Alias, "index", e.Index)
+		} else if err := eng.DeleteIndex(ctx, e.Index); err != nil {
+			return done, fmt.Errorf("reindex: cleanup: delete %s: %w", e.Index, err)
+		}
+		if _, err := db.Exec(ctx, `UPDATE aa_job SET result = jsonb_set(result, '{old_deleted}', 'true') WHERE id = $1`, e.JobID); err != nil {
+			return done, fmt.Errorf("reindex: cleanup: record job %d: %w", e.JobID, err)
+		}
+		log.Info("reindex: deleted old index", "alias", e.Alias, "index", e.Index, "kept_until", e.DeleteAfter)
+		done = append(done, e)
+	}
+	return done, nil
+}

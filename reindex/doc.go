@@ -1,0 +1,53 @@
+// Package reindex owns `searchsync reindex`: rebuilding the physical index
+// behind an alias from the current index definition with zero downtime, and
+// the bookkeeping that makes it resumable, abortable and exclusive.
+//
+// # How a reindex runs
+//
+//  1. A job row (aa_job, job_kind reindex, job_key = alias) is started; the
+//     unique index on running jobs makes two reindexes of one alias
+//     impossible. The next free generation (customers_v3) is recorded and
+//     created from the current definition (its hash in _meta).
+//  2. Dual writes: params.dual_write is set; from then on the search consumer
+//     writes every op of the alias to the target too (Targets, cached
+//     TargetsTTL). The reindex waits 2×TargetsTTL so that every consumer has
+//     seen it: every event delivered before is committed, hence visible to
+//     the replay; every event delivered after reaches both indexes.
+//  3. Seed: every document of the live index (tombstones excepted) is copied
+//     with its version as external version. This restores the history that
+//     compaction already removed from the outbox.
+//  4. Replay: the retained events (dispatched, and pending ones no failed
+//     event blocks) in id order, through upcasters and projections, coalesced
+//     per document within a chunk, written with external versions. A write
+//     older than what the target holds is a 409, which is correct. Passes
+//     repeat up to the watermark (the max id when a pass starts) until a pass
+//     finds less than a chunk of new events.
+//  5. Check: counts per group (entity type, tenant) through the alias
+//     filter, every id and version, a sample of sources (modulo fields whose
+//     mapping changed). Differences caused by writes in flight are re-read;
+//     what persists fails the reindex with a report, deletes the target and
+//     leaves the alias untouched.
+//  6. Swap: one atomic _aliases call (remove old, add new with the
+//     soft-delete filter). The old index is kept for KeepOld (default 24h)
+//     and deleted by Cleanup.
+//
+// Progress (phase, last replayed id, documents seeded, rate, ETA) is written
+// to aa_job.progress with every heartbeat. A run that dies (kill -9) leaves
+// its job running with a stale heartbeat; the next `searchsync reindex`
+// resumes it from the last replayed id (seeding restarts when it had not
+// finished; both are idempotent because every write is versioned). Abort
+// ends the job, stops the dual writes and deletes the target.
+//
+// # Completeness
+//
+// A document of the new index is complete when its last event is retained
+// (replayed) or when the live index holds it (seeded with its version, then
+// updated by any retained later event). What cannot be recovered: a document
+// whose every event was compacted and which the live index does not hold (it
+// was never indexed, e.g. its events were skipped while no search route
+// existed, or it was lost from the live index); and tombstones of deletes
+// whose events were compacted are dropped on purpose (every event of such an
+// aggregate is gone, so no stale write can arrive any more). A projection
+// change is applied to replayed events; seeded documents are copied as they
+// are unless Config.Reproject rewrites them.
+package reindex

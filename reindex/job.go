@@ -1,0 +1,358 @@
+package reindex
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// JobKind is aa_job.job_kind of a reindex; job_key is the alias.
+const JobKind = "reindex"
+
+// Phases of a reindex, recorded in aa_job.progress.phase.
+const (
+	PhaseCreate  = "create"  // the target index is being created
+	PhaseSeed    = "seed"    // documents are copied from the live index
+	PhaseReplay  = "replay"  // the outbox is replayed into the target
+	PhaseVerify  = "verify"  // the completeness check runs
+	PhaseSwap    = "swap"    // the alias moves
+	PhaseDone    = "done"    // finished
+	PhaseAborted = "aborted" // aborted by an operator
+)
+
+// Params are what a reindex decided at its start (aa_job.params). A resumed
+// run keeps them.
+type Params struct {
+	Alias      string `json:"alias"`
+	Source     string `json:"source"`      // the live physical index at the start
+	SourceHash string `json:"source_hash"` // its definition hash
+	Target     string `json:"target"`      // the new physical index
+	Hash       string `json:"hash"`        // the current definition's hash
+	KeepOld    string `json:"keep_old"`    // how long the old index is kept after the swap
+	// DualWrite is set once the target exists: from then on the search
+	// consumer writes every op to the target too (see Targets).
+	DualWrite bool `json:"dual_write"`
+}
+
+// Progress is where a reindex stands (aa_job.progress), written with every
+// heartbeat; a resumed run continues from it.
+type Progress struct {
+	Phase          string    `json:"phase"`
+	DocsSeeded     int64     `json:"docs_seeded"`
+	SeedDone       bool      `json:"seed_done"`
+	LastID         int64     `json:"last_id"`   // the last outbox id replayed
+	Watermark      int64     `json:"watermark"` // the max outbox id of the current pass
+	EventsReplayed int64     `json:"events_replayed"`
+	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
+	Stale          int64     `json:"stale"`        // writes the target already held (409)
+	Poison         int64     `json:"poison"`       // events the projections reject (skipped)
+	Rate           float64   `json:"rate_per_s"`   // docs/s of the current phase
+	ETA            string    `json:"eta,omitempty"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+// Result is what a finished reindex records (aa_job.result).
+type Result struct {
+	OldIndex    string    `json:"old_index"`
+	NewIndex    string    `json:"new_index"`
+	DeleteAfter time.Time `json:"delete_after"` // when cleanup may delete OldIndex
+	OldDeleted  bool      `json:"old_deleted"`
+	Verify      *Report   `json:"verify,omitempty"`
+	Seconds     float64   `json:"seconds"`
+}
+
+// Job is a running reindex row held by this process.
+type Job struct {
+	ID        int64
+	Owner     string
+	Params    Params
+	Progress  Progress
+	Resumed   bool // taken over from an owner whose heartbeat was stale
+	StartedAt time.Time
+}
+
+// RunningError says that another live process runs a reindex of the alias.
+type RunningError struct {
+	Alias        string
+	JobID        int64
+	Owner        string
+	HeartbeatAge time.Duration
+}
+
+func (e *RunningError) Error() string {
+	return fmt.Sprintf("reindex of %s is already running (job %d, owner %s, last heartbeat %s ago); wait for it, or run `searchsync reindex abort %s`",
+		e.Alias, e.JobID, e.Owner, e.HeartbeatAge.Round(time.Millisecond), e.Alias)
+}
+
+// ErrLost means the job row was taken over or aborted while this process ran
+// it; the process must stop without touching anything.
+var ErrLost = errors.New("reindex: the job is no longer ours (aborted, or taken over after a stale heartbeat)")
+
+// ErrNoJob means there is no running reindex of the alias.
+var ErrNoJob = errors.New("reindex: no running reindex")
+
+// querier is what the job functions need of a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// NewOwner returns an owner id for this process: host:pid:random.
+func NewOwner() string {
+	h, _ := os.Hostname()
+	return h + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
+}
+
+const (
+	insertJobSQL = `
+INSERT INTO aa_job (job_kind, job_key, owner, params, progress)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT DO NOTHING
+RETURNING id, started_at`
+	runningJobSQL = `
+SELECT id, owner, params, progress, started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)
+FROM aa_job WHERE job_kind = $1 AND job_key = $2 AND state = 'running'`
+	takeOverSQL = `
+UPDATE aa_job SET owner = $2, heartbeat_at = now()
+WHERE id = $1 AND state = 'running' AND heartbeat_at = $3
+RETURNING id`
+	heartbeatSQL = `
+UPDATE aa_job SET heartbeat_at = now(), progress = $3
+WHERE id = $1 AND owner = $2 AND state = 'running'`
+	setParamsSQL = `
+UPDATE aa_job SET params = $3, heartbeat_at = now()
+WHERE id = $1 AND owner = $2 AND state = 'running'`
+	finishSQL = `
+UPDATE aa_job SET state = $3, progress = $4, result = $5, error = $6, finished_at = now(), heartbeat_at = now()
+WHERE id = $1 AND owner = $2 AND state = 'running'`
+	abortSQL = `
+UPDATE aa_job SET state = 'aborted', error = $3, finished_at = now(),
+       progress = jsonb_set(progress, '{phase}', '"aborted"')
+WHERE id = $1 AND state = 'running'`
+	targetsSQL = `
+SELECT job_key, params->>'target' FROM aa_job
+WHERE job_kind = $1 AND state = 'running' AND (params->>'dual_write')::boolean`
+)
+
+// Acquire starts a reindex job for alias, or resumes the running one when
+// its owner's heartbeat is older than staleAfter. A running job with a fresh
+// heartbeat is a *RunningError. params is used only for a new job.
+func Acquire(ctx context.Context, db querier, alias, owner string, params Params, staleAfter time.Duration) (*Job, error) {
+	pb, _ := json.Marshal(params)
+	prog := Progress{Phase: PhaseCreate, UpdatedAt: time.Now()}
+	gb, _ := json.Marshal(prog)
+	for attempt := 0; attempt < 3; attempt++ {
+		j := &Job{Owner: owner, Params: params, Progress: prog}
+		err := db.QueryRow(ctx, insertJobSQL, JobKind, alias, owner, pb, gb).Scan(&j.ID, &j.StartedAt)
+		if err == nil {
+			return j, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("reindex: start job for %s: %w", alias, err)
+		}
+		// A running job exists: resume it when its owner is gone.
+		var (
+			pRaw, gRaw []byte
+			hb         time.Time
+			age        float64
+			curOwner   *string
+		)
+		err = db.QueryRow(ctx, runningJobSQL, JobKind, alias).Scan(&j.ID, &curOwner, &pRaw, &gRaw, &j.StartedAt, &hb, &age)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // it finished in between: try again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reindex: look up running job for %s: %w", alias, err)
+		}
+		ageD := time.Duration(age * float64(time.Second))
+		if ageD < staleAfter {
+			o := ""
+			if curOwner != nil {
+				o = *curOwner
+			}
+			return nil, &RunningError{Alias: alias, JobID: j.ID, Owner: o, HeartbeatAge: ageD}
+		}
+		var id int64
+		err = db.QueryRow(ctx, takeOverSQL, j.ID, owner, hb).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // someone else took it over or it finished: look again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reindex: take over job %d of %s: %w", j.ID, alias, err)
+		}
+		if err := json.Unmarshal(pRaw, &j.Params); err != nil {
+			return nil, fmt.Errorf("reindex: job %d: params: %w", j.ID, err)
+		}
+		if err := json.Unmarshal(gRaw, &j.Progress); err != nil {
+			return nil, fmt.Errorf("reindex: job %d: progress: %w", j.ID, err)
+		}
+		j.Resumed = true
+		return j, nil
+	}
+	return nil, fmt.Errorf("reindex: could not start or resume the job of %s (it changed hands three times)", alias)
+}
+
+// Running returns the running reindex of alias, or ErrNoJob.
+func Running(ctx context.Context, db querier, alias string) (*Job, time.Duration, error) {
+	j := &Job{}
+	var (
+		pRaw, gRaw []byte
+		hb         time.Time
+		age        float64
+		owner      *string
+	)
+	err := db.QueryRow(ctx, runningJobSQL, JobKind, alias).Scan(&j.ID, &owner, &pRaw, &gRaw, &j.StartedAt, &hb, &age)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, ErrNoJob
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("reindex: look up running job for %s: %w", alias, err)
+	}
+	if owner != nil {
+		j.Owner = *owner
+	}
+	_ = json.Unmarshal(pRaw, &j.Params)
+	_ = json.Unmarshal(gRaw, &j.Progress)
+	return j, time.Duration(age * float64(time.Second)), nil
+}
+
+// heartbeat records progress; ErrLost when the row is no longer ours.
+func (j *Job) heartbeat(ctx context.Context, db querier) error {
+	j.Progress.UpdatedAt = time.Now()
+	b, _ := json.Marshal(j.Progress)
+	tag, err := db.Exec(ctx, heartbeatSQL, j.ID, j.Owner, b)
+	if err != nil {
+		return fmt.Errorf("reindex: heartbeat of job %d: %w", j.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLost
+	}
+	return nil
+}
+
+// saveParams records changed params; ErrLost when the row is no longer ours.
+func (j *Job) saveParams(ctx context.Context, db querier) error {
+	b, _ := json.Marshal(j.Params)
+	tag, err := db.Exec(ctx, setParamsSQL, j.ID, j.Owner, b)
+	if err != nil {
+		return fmt.Errorf("reindex: record params of job %d: %w", j.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLost
+	}
+	return nil
+}
+
+// finish ends the job as succeeded or failed.
+func (j *Job) finish(ctx context.Context, db querier, state string, res *Result, cause error) error {
+	j.Progress.UpdatedAt = time.Now()
+	gb, _ := json.Marshal(j.Progress)
+	var rb []byte
+	if res != nil {
+		rb, _ = json.Marshal(res)
+	}
+	var msg *string
+	if cause != nil {
+		s := cause.Error()
+		msg = &s
+	}
+	tag, err := db.Exec(ctx, finishSQL, j.ID, j.Owner, state, gb, rb, msg)
+	if err != nil {
+		return fmt.Errorf("reindex: finish job %d as %s: %w", j.ID, state, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLost
+	}
+	return nil
+}
+
+// markAborted ends a running job as aborted, whoever owns it.
+func markAborted(ctx context.Context, db querier, id int64, reason string) (bool, error) {
+	tag, err := db.Exec(ctx, abortSQL, id, reason)
+	if err != nil {
+		return false, fmt.Errorf("reindex: abort job %d: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// TargetsTTL is how long Targets caches the running reindex targets. A
+// reindex waits 2×TargetsTTL after switching dual writes on before it starts
+// replaying, and after switching them off before it deletes an index, so
+// that every search consumer has seen the change.
+const TargetsTTL = time.Second
+
+// Targets tells the search consumer which extra physical indexes a live op
+// of an alias must also be written to: the targets of the running reindexes
+// (aa_job rows of kind reindex, state running, params.dual_write). Every
+// write is versioned, so live writes and the replay may overlap in any
+// order. The answer is cached for TargetsTTL; it is safe for concurrent use.
+//
+// The consumer calls For once per batch, before it builds its bulk request,
+// and writes each op of the alias to the alias and to every target. When the
+// lookup fails and the cache is older than TargetsTTL, For returns the error
+// and the consumer must retry the batch (writing to the alias only could
+// leave a reindex target without an event it will never see again).
+type Targets struct {
+	db  querier
+	ttl time.Duration
+	now func() time.Time
+
+	mu  sync.Mutex
+	at  time.Time
+	m   map[string][]string
+	err error
+}
+
+// NewTargets returns a lookup over db (a pool with search_path set to the
+// outbox schema).
+func NewTargets(db querier) *Targets {
+	return &Targets{db: db, ttl: TargetsTTL, now: time.Now}
+}
+
+// For returns the reindex targets of alias (usually none).
+func (t *Targets) For(ctx context.Context, alias string) ([]string, error) {
+	m, err := t.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return m[alias], nil
+}
+
+func (t *Targets) all(ctx context.Context) (map[string][]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if t.m != nil && now.Sub(t.at) < t.ttl {
+		return t.m, nil
+	}
+	rows, err := t.db.Query(ctx, targetsSQL, JobKind)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: look up reindex targets: %w", err)
+	}
+	m := map[string][]string{}
+	for rows.Next() {
+		var alias, target *string
+		if err := rows.Scan(&alias, &target); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reindex: look up reindex targets: %w", err)
+		}
+		if alias != nil && target != nil && *target != "" {
+			m[*alias] = append(m[*alias], *target)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reindex: look up reindex targets: %w", err)
+	}
+	t.m, t.at = m, now
+	return m, nil
+}

@@ -1,0 +1,849 @@
+package reindex
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
+)
+
+// Config configures one reindex of one alias.
+type Config struct {
+	// Pool reaches the outbox (search_path set to its schema). Required.
+	Pool *pgxpool.Pool
+	// Engine is the search engine. Required.
+	Engine indexer.Engine
+	// EngineConfig addresses the engine for the calls the Engine seam does
+	// not offer (scroll, aggregations, settings). Default: the local node.
+	EngineConfig config.Engine
+	// HTTPClient carries those calls. Default: a fresh transport.
+	HTTPClient *http.Client
+	// Def is the current definition of the alias. Required.
+	Def *mapping.Def
+	// Tenant selects the tenant's alias <alias>_<tenant> in per_tenant mode.
+	Tenant string
+	// Projections turn events into documents. Required.
+	Projections *projections.Set
+	// Wants reports whether the search consumer of the alias receives events
+	// of this type (its routes); events it does not want are not replayed.
+	// Default: every event a projection of the alias matches.
+	Wants func(eventType, aggregateType string) bool
+	// Owner names this process in aa_job.owner. Default NewOwner().
+	Owner string
+	// KeepOld is how long the old index is kept after the swap. Default 24h;
+	// negative deletes it right after the swap.
+	KeepOld time.Duration
+	// StaleAfter is the heartbeat age after which a running job counts as
+	// abandoned and is resumed. Default 15s.
+	StaleAfter time.Duration
+	// Heartbeat is how often progress is recorded. Default 2s.
+	Heartbeat time.Duration
+	// ChunkSize is the most events read (and coalesced) at once. Default 5000.
+	ChunkSize int
+	// BulkSize is the most ops per bulk request. Default 1000.
+	BulkSize int
+	// Concurrency is the most bulk requests in flight. Default 2.
+	Concurrency int
+	// SampleSize is the number of documents whose sources the check
+	// compares. Default 500.
+	SampleSize int
+	// GroupBy are the fields the check counts per value (entity type,
+	// tenant). Default: entity_type when the definition maps it, and the
+	// tenant field in shared mode.
+	GroupBy []string
+	// IgnoreFields are document fields whose values may differ in the
+	// sample comparison, besides those whose mapping changed.
+	IgnoreFields []string
+	// Reproject rewrites a document seeded from the live index when the
+	// projection changed in a way that changes stored documents. Default:
+	// documents are copied as they are (the engine applies the new mapping).
+	Reproject func(doc map[string]any) (map[string]any, error)
+	// Force rebuilds even when the live index already matches the definition
+	// (after a projection change, which the definition hash does not cover).
+	Force bool
+	// Logger receives progress and warnings. Default slog.Default().
+	Logger *slog.Logger
+	// OnProgress is called with every heartbeat (for the terminal).
+	OnProgress func(Progress)
+
+	// crashAfter, in tests, stops the run as if the process died once this
+	// many replay chunks are written (no job update, nothing cleaned up).
+	crashAfter int
+}
+
+func (c *Config) setDefaults() {
+	c.Owner = cmp.Or(c.Owner, NewOwner())
+	c.KeepOld = cmp.Or(c.KeepOld, 24*time.Hour)
+	c.StaleAfter = cmp.Or(c.StaleAfter, 15*time.Second)
+	c.Heartbeat = cmp.Or(c.Heartbeat, 2*time.Second)
+	c.ChunkSize = cmp.Or(c.ChunkSize, 5000)
+	c.BulkSize = cmp.Or(c.BulkSize, 1000)
+	c.Concurrency = cmp.Or(c.Concurrency, 2)
+	c.SampleSize = cmp.Or(c.SampleSize, 500)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.GroupBy == nil && c.Def != nil {
+		if props, _ := c.Def.Mappings["properties"].(map[string]any); props != nil {
+			if _, ok := props["entity_type"]; ok {
+				c.GroupBy = append(c.GroupBy, "entity_type")
+			}
+		}
+		if c.Def.Tenancy.Mode == mapping.TenancyShared {
+			c.GroupBy = append(c.GroupBy, c.Def.Tenancy.Field)
+		}
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("reindex: Config.Pool is required")
+	case c.Engine == nil:
+		return errors.New("reindex: Config.Engine is required")
+	case c.Def == nil:
+		return errors.New("reindex: Config.Def is required")
+	case c.Projections == nil:
+		return errors.New("reindex: Config.Projections is required")
+	case c.ChunkSize < 1 || c.BulkSize < 1 || c.Concurrency < 1:
+		return errors.New("reindex: ChunkSize, BulkSize and Concurrency must be positive")
+	case c.Def.Tenancy.Mode == mapping.TenancyPerTenant && c.Tenant == "":
+		return fmt.Errorf("reindex: %s is per_tenant: name the tenant (searchsync reindex %s_<tenant>)", c.Def.Alias, c.Def.Alias)
+	}
+	return nil
+}
+
+// Reindexer rebuilds one alias. Use it once.
+type Reindexer struct {
+	cfg      Config
+	alias    string // the alias applications read (per tenant in per_tenant mode)
+	raw      *raw
+	log      *slog.Logger
+	aggTypes []string // aggregate types of the alias's projections (nil: patterns)
+
+	job    *Job
+	target string
+	w      *writer
+	poison atomic.Int64
+
+	mu       sync.Mutex // guards job.Progress
+	progress Progress
+}
+
+// New checks cfg and returns a Reindexer.
+func New(cfg Config) (*Reindexer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	alias := cfg.Def.Alias
+	if cfg.Def.Tenancy.Mode == mapping.TenancyPerTenant {
+		a, err := cfg.Def.TenantAlias(cfg.Tenant)
+		if err != nil {
+			return nil, fmt.Errorf("reindex: %w", err)
+		}
+		alias = a
+	}
+	r := &Reindexer{cfg: cfg, alias: alias, raw: newRaw(cfg.EngineConfig, cfg.HTTPClient), w: &writer{eng: cfg.Engine}}
+	r.log = cfg.Logger.With("alias", alias)
+	r.aggTypes = aggregateTypes(cfg.Projections, cfg.Def.Alias)
+	return r, nil
+}
+
+// aggregateTypes returns the literal aggregate types of the projections of
+// index, or nil when one of them takes any type or uses a pattern.
+func aggregateTypes(set *projections.Set, index string) []string {
+	var out []string
+	for _, p := range set.Projections() {
+		if p.Index != index {
+			continue
+		}
+		if len(p.AggregateTypes) == 0 {
+			return nil
+		}
+		for _, a := range p.AggregateTypes {
+			if strings.ContainsAny(a, `*?[\`) {
+				return nil
+			}
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	if out == nil {
+		return []string{} // no projection writes the alias: nothing to replay
+	}
+	return out
+}
+
+// Alias is the alias being rebuilt.
+func (r *Reindexer) Alias() string { return r.alias }
+
+// Plan is what a reindex would do (--dry-run).
+type Plan struct {
+	Alias          string   `json:"alias"`
+	Source         string   `json:"source"`
+	SourceHash     string   `json:"source_hash"`
+	Target         string   `json:"target"`
+	Hash           string   `json:"hash"`
+	UpToDate       bool     `json:"up_to_date"` // the live index already matches the definition
+	MappingChanges []string `json:"mapping_changes"`
+	SettingChanges []string `json:"setting_changes"`
+	DocsToSeed     int64    `json:"docs_to_seed"`
+	EventsToReplay int64    `json:"events_to_replay"`
+	FirstEventID   int64    `json:"first_event_id"`
+	LastEventID    int64    `json:"last_event_id"`
+	Running        *Job     `json:"running,omitempty"` // a reindex already running (or to resume)
+}
+
+// DryRun says what Run would do, changing nothing.
+func (r *Reindexer) DryRun(ctx context.Context) (*Plan, error) {
+	p := &Plan{Alias: r.alias, Hash: r.cfg.Def.Hash()}
+	if j, _, err := Running(ctx, r.cfg.Pool, r.alias); err == nil {
+		p.Running = j
+	} else if !errors.Is(err, ErrNoJob) {
+		return nil, err
+	}
+	src, info, err := r.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.Source, p.SourceHash = src, mapping.LiveHash(info.Mappings)
+	p.UpToDate = p.SourceHash == p.Hash
+	p.MappingChanges = mappingChanges(info.Mappings, r.cfg.Def)
+	p.SettingChanges = settingChanges(info.Settings, r.cfg.Def)
+	if p.Running != nil && p.Running.Params.Target != "" {
+		p.Target = p.Running.Params.Target
+	} else if p.Target, err = mapping.NextFree(ctx, r.cfg.Engine, r.alias); err != nil {
+		return nil, err
+	}
+	if _, p.DocsToSeed, err = r.raw.groupCounts(ctx, src, r.cfg.Def.SearchFilter(), nil); err != nil {
+		return nil, err
+	}
+	rows, err := r.cfg.Pool.Query(ctx, countEventsSQL, int64(0))
+	if err != nil {
+		return nil, fmt.Errorf("reindex: count outbox events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var et, at string
+		var n, lo, hi int64
+		if err := rows.Scan(&et, &at, &n, &lo, &hi); err != nil {
+			return nil, fmt.Errorf("reindex: count outbox events: %w", err)
+		}
+		if r.cfg.Wants != nil && !r.cfg.Wants(et, at) {
+			continue
+		}
+		if pr := r.cfg.Projections.Find(et, at, []string{r.cfg.Def.Alias}); pr == nil {
+			continue
+		}
+		p.EventsToReplay += n
+		if p.FirstEventID == 0 || lo < p.FirstEventID {
+			p.FirstEventID = lo
+		}
+		p.LastEventID = max(p.LastEventID, hi)
+	}
+	return p, rows.Err()
+}
+
+// live returns the physical index behind the alias and its definition.
+func (r *Reindexer) live(ctx context.Context) (string, *indexer.IndexInfo, error) {
+	targets, err := r.cfg.Engine.AliasTargets(ctx, r.alias)
+	if err != nil {
+		return "", nil, fmt.Errorf("reindex: alias %s: %w", r.alias, err)
+	}
+	if len(targets) != 1 {
+		return "", nil, fmt.Errorf("reindex: alias %s points to %d indexes (%v); it must point to exactly one (start searchsync run once to create it)", r.alias, len(targets), targets)
+	}
+	info, err := r.cfg.Engine.GetIndex(ctx, targets[0])
+	if err != nil || info == nil {
+		return "", nil, fmt.Errorf("reindex: index %s behind %s: %w", targets[0], r.alias, cmp.Or(err, errors.New("does not exist")))
+	}
+	return targets[0], info, nil
+}
+
+// ErrUpToDate means the live index already matches the definition (use
+// Force to rebuild anyway).
+var ErrUpToDate = errors.New("reindex: the live index already matches the definition; nothing to do (use --force to rebuild anyway, e.g. after a projection change)")
+
+// Run performs (or resumes) the reindex: create the target, seed it from the
+// live index, replay the outbox up to the live watermark while live writes go
+// to both indexes, check completeness, swap the alias atomically and record
+// the old index for deletion after KeepOld. A failed check leaves the alias
+// untouched, deletes the target and ends the job failed with the report.
+func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
+	start := time.Now()
+	src, info, err := r.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hash := r.cfg.Def.Hash()
+	params := Params{Alias: r.alias, Source: src, SourceHash: mapping.LiveHash(info.Mappings), Hash: hash, KeepOld: r.cfg.KeepOld.String()}
+	if running, _, err := Running(ctx, r.cfg.Pool, r.alias); errors.Is(err, ErrNoJob) && params.SourceHash == hash && !r.cfg.Force {
+		return nil, ErrUpToDate
+	} else if err != nil && !errors.Is(err, ErrNoJob) {
+		return nil, err
+	} else if running != nil && running.Params.Source != "" && running.Params.Source != src && running.Params.Target != src {
+		return nil, fmt.Errorf("reindex: the running job %d was rebuilding %s from %s, but the alias now points to %s; abort it first", running.ID, r.alias, running.Params.Source, src)
+	}
+	job, err := Acquire(ctx, r.cfg.Pool, r.alias, r.cfg.Owner, params, r.cfg.StaleAfter)
+	if err != nil {
+		return nil, err
+	}
+	r.job = job
+	if job.Resumed {
+		if job.Params.Hash != hash {
+			return nil, fmt.Errorf("reindex: job %d was started for definition hash %s, the definition now has %s; run `searchsync reindex abort %s` first", job.ID, short(job.Params.Hash), short(hash), r.alias)
+		}
+		r.log.Info("reindex: resuming an interrupted job", "job_id", job.ID, "phase", job.Progress.Phase, "last_id", job.Progress.LastID, "target", job.Params.Target)
+	}
+	r.progress = job.Progress
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hbDone := make(chan struct{})
+	go r.heartbeats(runCtx, cancel, hbDone)
+	defer func() {
+		cancel(nil)
+		<-hbDone
+		if err == nil || r.crashed(err) {
+			return
+		}
+		if errors.Is(err, ErrLost) || errors.Is(context.Cause(runCtx), ErrLost) {
+			err = ErrLost
+			return
+		}
+		if ctx.Err() != nil {
+			// Interrupted (SIGINT/SIGTERM): leave the job running so that the
+			// next `searchsync reindex` resumes it once the heartbeat is stale.
+			r.saveProgress(context.WithoutCancel(ctx))
+			return
+		}
+		r.fail(context.WithoutCancel(ctx), err, nil)
+	}()
+
+	res, err = r.run(runCtx, start)
+	if err != nil && errors.Is(context.Cause(runCtx), ErrLost) {
+		err = ErrLost
+	}
+	return res, err
+}
+
+type crashError struct{}
+
+func (crashError) Error() string { return "reindex: simulated crash" }
+
+func (r *Reindexer) crashed(err error) bool {
+	var c crashError
+	return errors.As(err, &c)
+}
+
+func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
+	job := r.job
+	// 1. The target index.
+	if job.Params.Target == "" {
+		name, err := mapping.NextFree(ctx, r.cfg.Engine, r.alias)
+		if err != nil {
+			return nil, err
+		}
+		job.Params.Target = name
+		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
+			return nil, err
+		}
+	}
+	r.target = job.Params.Target
+	info, err := r.cfg.Engine.GetIndex(ctx, r.target)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: look up %s: %w", r.target, err)
+	}
+	if info == nil {
+		def := *r.cfg.Def
+		def.Alias = r.alias
+		if err := mapping.CreatePhysical(ctx, r.cfg.Engine, &def, r.target, false); err != nil {
+			return nil, err
+		}
+		r.log.Info("reindex: created the new index", "index", r.target, "hash", short(job.Params.Hash))
+	} else if h := mapping.LiveHash(info.Mappings); h != job.Params.Hash {
+		return nil, fmt.Errorf("reindex: %s exists with hash %s, the job expects %s", r.target, short(h), short(job.Params.Hash))
+	}
+	// A crash between the swap and the end of the job: the alias already
+	// points to the target.
+	if targets, err := r.cfg.Engine.AliasTargets(ctx, r.alias); err == nil && len(targets) == 1 && targets[0] == r.target {
+		return r.finish(ctx, start, nil)
+	}
+
+	// 2. Dual writes on, then wait until every search consumer has seen it:
+	// from then on every live op reaches the target, and everything
+	// delivered before is committed and visible to the replay.
+	if !job.Params.DualWrite {
+		job.Params.DualWrite = true
+		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
+			return nil, err
+		}
+		if err := sleep(ctx, 2*TargetsTTL+200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+
+	// 3. Seed from the live index (history compaction removed).
+	if !r.snapshot().SeedDone {
+		if err := r.seed(ctx, job.Params.Source); err != nil {
+			return nil, err
+		}
+	}
+
+	// 4. Replay the outbox up to the live watermark, pass after pass.
+	if err := r.replay(ctx); err != nil {
+		return nil, err
+	}
+
+	// 5. Completeness check.
+	r.setPhase(PhaseVerify)
+	report, err := r.verify(ctx, job.Params.Source, r.target)
+	if err != nil {
+		return nil, err
+	}
+	if !report.OK {
+		return nil, &CheckError{Report: report}
+	}
+
+	// 6. Swap.
+	return r.finish(ctx, start, report)
+}
+
+// CheckError is a completeness check that failed; the alias was not moved.
+type CheckError struct{ Report *Report }
+
+func (e *CheckError) Error() string {
+	return "reindex: completeness check failed, the alias was not moved:\n" + e.Report.String()
+}
+
+func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report) (*Result, error) {
+	job := r.job
+	r.setPhase(PhaseSwap)
+	targets, err := r.cfg.Engine.AliasTargets(ctx, r.alias)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: alias %s: %w", r.alias, err)
+	}
+	if !(len(targets) == 1 && targets[0] == r.target) {
+		if len(targets) != 1 || targets[0] != job.Params.Source {
+			return nil, fmt.Errorf("reindex: alias %s points to %v, not to %s as at the start; not swapping", r.alias, targets, job.Params.Source)
+		}
+		if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
+			return nil, fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+		}
+		actions := []indexer.AliasAction{
+			{Add: false, Index: job.Params.Source, Alias: r.alias},
+			{Add: true, Index: r.target, Alias: r.alias, Filter: r.cfg.Def.SearchFilter()},
+		}
+		if err := r.cfg.Engine.UpdateAliases(ctx, actions); err != nil {
+			return nil, fmt.Errorf("reindex: swap alias %s from %s to %s: %w", r.alias, job.Params.Source, r.target, err)
+		}
+		r.log.Info("reindex: alias swapped", "from", job.Params.Source, "to", r.target)
+	}
+	keep := r.cfg.KeepOld
+	if d, err := time.ParseDuration(job.Params.KeepOld); err == nil && job.Resumed {
+		keep = d
+	}
+	res := &Result{OldIndex: job.Params.Source, NewIndex: r.target, DeleteAfter: time.Now().Add(max(keep, 0)).UTC(), Verify: report, Seconds: time.Since(start).Seconds()}
+	r.setPhase(PhaseDone)
+	r.mu.Lock()
+	job.Progress = r.progress
+	r.mu.Unlock()
+	if err := job.finish(ctx, r.cfg.Pool, "succeeded", res, nil); err != nil {
+		return nil, err
+	}
+	if keep < 0 {
+		if err := sleep(ctx, 2*TargetsTTL); err == nil {
+			if err := r.cfg.Engine.DeleteIndex(ctx, res.OldIndex); err == nil {
+				res.OldDeleted = true
+				_, _ = r.cfg.Pool.Exec(ctx, `UPDATE aa_job SET result = jsonb_set(result, '{old_deleted}', 'true') WHERE id = $1`, job.ID)
+			}
+		}
+	}
+	return res, nil
+}
+
+// fail ends the job failed: dual writes stop, the target is deleted, the
+// alias stays where it was.
+func (r *Reindexer) fail(ctx context.Context, cause error, report *Report) {
+	var ce *CheckError
+	if errors.As(cause, &ce) {
+		report = ce.Report
+	}
+	r.mu.Lock()
+	r.job.Progress = r.progress
+	r.mu.Unlock()
+	res := &Result{OldIndex: r.job.Params.Source, NewIndex: r.job.Params.Target, Verify: report}
+	if err := r.job.finish(ctx, r.cfg.Pool, "failed", res, cause); err != nil {
+		r.log.Error("reindex: could not record the failure", "error", err.Error())
+		return
+	}
+	if r.job.Params.Target != "" {
+		r.dropTarget(ctx, r.job.Params.Target)
+	}
+}
+
+// dropTarget deletes a target once no consumer writes to it any more (and
+// again, should a late write have re-created it).
+func (r *Reindexer) dropTarget(ctx context.Context, target string) {
+	dropTarget(ctx, r.cfg.Engine, r.alias, target, r.log)
+}
+
+func dropTarget(ctx context.Context, eng indexer.Engine, alias, target string, log *slog.Logger) {
+	if aliases, err := eng.AliasTargets(ctx, alias); err == nil && slices.Contains(aliases, target) {
+		log.Error("reindex: not deleting the target, the alias points to it", "index", target)
+		return
+	}
+	_ = sleep(ctx, 2*TargetsTTL+200*time.Millisecond)
+	for i := 0; i < 2; i++ {
+		if err := eng.DeleteIndex(ctx, target); err != nil {
+			log.Error("reindex: delete target", "index", target, "error", err.Error())
+			return
+		}
+		if i == 0 {
+			_ = sleep(ctx, TargetsTTL)
+		}
+	}
+}
+
+func (r *Reindexer) heartbeats(ctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(r.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.saveProgress(ctx); errors.Is(err, ErrLost) {
+			r.log.Error("reindex: the job was aborted or taken over; stopping")
+			cancel(ErrLost)
+			return
+		} else if err != nil && ctx.Err() == nil {
+			r.log.Warn("reindex: heartbeat failed", "error", err.Error())
+		}
+	}
+}
+
+func (r *Reindexer) saveProgress(ctx context.Context) error {
+	p := r.snapshot()
+	r.job.Progress = p
+	if r.cfg.OnProgress != nil {
+		r.cfg.OnProgress(p)
+	}
+	return r.job.heartbeat(ctx, r.cfg.Pool)
+}
+
+func (r *Reindexer) snapshot() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.progress
+	p.Stale = r.w.stale.Load()
+	p.Poison = r.poison.Load()
+	return p
+}
+
+func (r *Reindexer) update(fn func(p *Progress)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn(&r.progress)
+}
+
+func (r *Reindexer) setPhase(phase string) {
+	r.update(func(p *Progress) { p.Phase = phase; p.Rate = 0; p.ETA = "" })
+	r.log.Info("reindex: phase", "phase", phase)
+}
+
+// seed copies every document (tombstones excepted) of the live index to the
+// target with its version as external version.
+func (r *Reindexer) seed(ctx context.Context, source string) error {
+	r.setPhase(PhaseSeed)
+	r.update(func(p *Progress) { p.DocsSeeded = 0 })
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.Concurrency)
+	rt := rate{start: time.Now()}
+	var seeded atomic.Int64
+	err := r.raw.scroll(gctx, source, r.cfg.Def.SearchFilter(), r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
+		ops := make([]indexer.BulkOp, 0, len(hits))
+		for _, h := range hits {
+			doc := h.Source
+			if r.cfg.Reproject != nil {
+				m, err := projections.Decode(h.Source)
+				if err != nil {
+					return fmt.Errorf("reindex: document %s of %s: %w", h.ID, source, err)
+				}
+				if m, err = r.cfg.Reproject(m); err != nil {
+					return fmt.Errorf("reindex: re-project document %s of %s: %w", h.ID, source, err)
+				}
+				if doc, err = json.Marshal(m); err != nil {
+					return fmt.Errorf("reindex: document %s: %w", h.ID, err)
+				}
+			}
+			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, Index: r.target, ID: h.ID, Version: h.Version, Routing: h.Routing, Doc: doc})
+		}
+		g.Go(func() error {
+			if err := r.w.bulk(gctx, ops); err != nil {
+				return err
+			}
+			n := seeded.Add(int64(len(ops)))
+			r.update(func(p *Progress) {
+				p.DocsSeeded = n
+				p.Rate = rt.perSecond(n)
+				if p.Rate > 0 && total > n {
+					p.ETA = (time.Duration(float64(total-n)/p.Rate) * time.Second).Round(time.Second).String()
+				}
+			})
+			return nil
+		})
+		return nil
+	})
+	if gerr := g.Wait(); err == nil {
+		err = gerr
+	}
+	if err != nil {
+		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
+	}
+	r.update(func(p *Progress) { p.SeedDone = true })
+	r.log.Info("reindex: seeded from the live index", "docs", seeded.Load(), "source", source)
+	return r.saveProgress(ctx)
+}
+
+// replay reads the outbox after progress.LastID up to the watermark (the
+// max id when the pass starts) and writes the coalesced documents; passes
+// repeat until one finds less than a chunk of new events.
+func (r *Reindexer) replay(ctx context.Context) error {
+	r.setPhase(PhaseReplay)
+	cache := map[string]*docState{}
+	const cacheMax = 200_000
+	rt := rate{start: time.Now()}
+	var replayed, docs atomic.Int64
+	replayed.Store(r.snapshot().EventsReplayed)
+	docs.Store(r.snapshot().DocsWritten)
+	rt.n = docs.Load()
+	chunks := 0
+	for pass := 0; pass < 50; pass++ {
+		var wm int64
+		if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
+			return fmt.Errorf("reindex: read the outbox watermark: %w", err)
+		}
+		cursor := r.snapshot().LastID
+		first := cursor
+		r.update(func(p *Progress) { p.Watermark = wm })
+		if cursor >= wm {
+			return nil
+		}
+		// Reads run ahead of the writes by one chunk.
+		type read struct {
+			c   *chunk
+			err error
+		}
+		reads := make(chan read, 1)
+		rctx, rcancel := context.WithCancel(ctx)
+		go func() {
+			defer close(reads)
+			cur := cursor
+			for cur < wm {
+				c, err := r.readChunk(rctx, cur, wm)
+				select {
+				case reads <- read{c, err}:
+				case <-rctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+				cur = c.last
+			}
+		}()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(r.cfg.Concurrency)
+		// done tracks the chunks in flight in order, so that LastID only
+		// moves past chunks whose every write finished.
+		var dmu sync.Mutex
+		type inflight struct {
+			last    int64
+			pending int
+			events  int
+		}
+		var queue []*inflight
+		settle := func() {
+			for len(queue) > 0 && queue[0].pending == 0 {
+				q := queue[0]
+				queue = queue[1:]
+				r.update(func(p *Progress) {
+					p.LastID = q.last
+					p.EventsReplayed += int64(q.events)
+				})
+			}
+		}
+		var failed error
+		for rd := range reads {
+			if rd.err != nil {
+				failed = rd.err
+				break
+			}
+			if gctx.Err() != nil {
+				break
+			}
+			c := rd.c
+			order, steps := r.project(c)
+			replayed.Add(int64(len(c.events)))
+			// Bases the cache does not have come from the target (seeded
+			// documents, earlier live writes).
+			var need []string
+			for _, id := range order {
+				if _, ok := cache[id]; !ok && steps[id][0].Partial && steps[id][0].Op == projections.OpIndex {
+					need = append(need, id)
+				}
+			}
+			if len(need) > 0 {
+				found, err := r.cfg.Engine.MGet(gctx, r.target, need)
+				if err != nil {
+					failed = fmt.Errorf("reindex: read current documents from %s: %w", r.target, err)
+					break
+				}
+				for _, id := range need {
+					st := &docState{}
+					if d, ok := found[id]; ok {
+						m, err := projections.Decode(d.Source)
+						if err == nil {
+							st.doc, st.version, st.known = m, d.Version, true
+							if del, _ := m[r.cfg.Def.TombstoneField].(bool); del && r.cfg.Def.DeleteMode == mapping.DeleteSoft {
+								st.deleted = true
+							}
+						}
+					}
+					cache[id] = st
+				}
+			}
+			ops := make([]indexer.BulkOp, 0, len(order))
+			for _, id := range order {
+				st := cache[id]
+				if st == nil {
+					st = &docState{}
+					cache[id] = st
+				}
+				op, err := r.apply(id, st, steps[id])
+				if err != nil {
+					failed = err
+					break
+				}
+				ops = append(ops, op)
+			}
+			if failed != nil {
+				break
+			}
+			item := &inflight{last: c.last, events: len(c.events)}
+			dmu.Lock()
+			queue = append(queue, item)
+			dmu.Unlock()
+			for i := 0; i < len(ops) || i == 0; i += r.cfg.BulkSize {
+				part := ops[i:min(i+r.cfg.BulkSize, len(ops))]
+				dmu.Lock()
+				item.pending++
+				dmu.Unlock()
+				g.Go(func() error {
+					err := r.w.bulk(gctx, part)
+					if err != nil {
+						return err
+					}
+					n := docs.Add(int64(len(part)))
+					dmu.Lock()
+					item.pending--
+					settle()
+					dmu.Unlock()
+					r.update(func(p *Progress) {
+						p.DocsWritten = n
+						p.Rate = rt.perSecond(n)
+						if done := c.last - first; done > 0 && wm > c.last {
+							secs := time.Since(rt.start).Seconds() * float64(wm-c.last) / float64(done)
+							p.ETA = (time.Duration(secs) * time.Second).Round(time.Second).String()
+						} else {
+							p.ETA = "0s"
+						}
+					})
+					return nil
+				})
+				if len(ops) == 0 {
+					break
+				}
+			}
+			chunks++
+			if r.cfg.crashAfter > 0 && chunks >= r.cfg.crashAfter {
+				_ = g.Wait()
+				rcancel()
+				for range reads {
+				}
+				return crashError{}
+			}
+			if len(cache) > cacheMax {
+				// Evict only when no write is in flight, so that a later
+				// read of the target sees every write of the replay.
+				if err := g.Wait(); err != nil {
+					failed = err
+					break
+				}
+				g, gctx = errgroup.WithContext(ctx)
+				g.SetLimit(r.cfg.Concurrency)
+				clear(cache)
+			}
+		}
+		rcancel()
+		for range reads {
+		}
+		if err := g.Wait(); failed == nil {
+			failed = err
+		}
+		if failed != nil {
+			return failed
+		}
+		dmu.Lock()
+		settle()
+		dmu.Unlock()
+		n := r.snapshot().EventsReplayed
+		r.log.Info("reindex: replay pass done", "pass", pass+1, "watermark", wm, "events", n, "docs_written", docs.Load())
+		if err := r.saveProgress(ctx); err != nil {
+			return err
+		}
+		if wm-first < int64(r.cfg.ChunkSize) {
+			return nil // caught up: what comes now reaches the target by dual writes
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

@@ -1,0 +1,456 @@
+package reindex
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
+)
+
+// Report is the completeness check of a reindex: the old (live) index and
+// the new one compared through the same filter (the alias's: tombstones
+// hidden), while live writes go to both.
+type Report struct {
+	OK     bool   `json:"ok"`
+	Source string `json:"source"`
+	Target string `json:"target"`
+	// GroupBy are the fields counted per value; Groups the counts that
+	// differ (all of them when they agree: none).
+	GroupBy  []string     `json:"group_by"`
+	Groups   []GroupCount `json:"groups"`
+	OldTotal int64        `json:"old_total"`
+	NewTotal int64        `json:"new_total"`
+	// Compared is the number of documents whose id and version were
+	// compared (every visible document of both indexes).
+	Compared int64 `json:"compared"`
+	// Missing are in the old index, not the new one; Extra the reverse;
+	// Versions have other versions (first 20 of each).
+	Missing  []string `json:"missing,omitempty"`
+	Extra    []string `json:"extra,omitempty"`
+	Versions []string `json:"versions,omitempty"`
+	// Sampled documents had their sources compared, ignoring Ignored fields.
+	Sampled     int      `json:"sampled"`
+	Ignored     []string `json:"ignored,omitempty"`
+	SourceDiffs []string `json:"source_diffs,omitempty"`
+	Seconds     float64  `json:"seconds"`
+}
+
+// GroupCount is the count of one group in both indexes.
+type GroupCount struct {
+	Key string `json:"key"`
+	Old int64  `json:"old"`
+	New int64  `json:"new"`
+}
+
+// String is the report for a terminal.
+func (r *Report) String() string {
+	var b strings.Builder
+	verdict := "FAILED"
+	if r.OK {
+		verdict = "ok"
+	}
+	fmt.Fprintf(&b, "completeness check %s: %s (old) vs %s (new)\n", verdict, r.Source, r.Target)
+	fmt.Fprintf(&b, "  documents: old %d, new %d; ids and versions compared: %d\n", r.OldTotal, r.NewTotal, r.Compared)
+	for _, g := range r.Groups {
+		fmt.Fprintf(&b, "  count differs for %s=%s: old %d, new %d\n", strings.Join(r.GroupBy, "/"), g.Key, g.Old, g.New)
+	}
+	list := func(name string, ids []string) {
+		if len(ids) > 0 {
+			fmt.Fprintf(&b, "  %s: %s\n", name, strings.Join(ids, ", "))
+		}
+	}
+	list("missing in new", r.Missing)
+	list("extra in new", r.Extra)
+	list("version differs", r.Versions)
+	fmt.Fprintf(&b, "  sources compared: %d", r.Sampled)
+	if len(r.Ignored) > 0 {
+		fmt.Fprintf(&b, " (ignoring %s)", strings.Join(r.Ignored, ", "))
+	}
+	b.WriteString("\n")
+	list("source differs", r.SourceDiffs)
+	return b.String()
+}
+
+// verify compares source and target. Differences caused by live writes in
+// flight are re-read a few times before they count.
+func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report, error) {
+	start := time.Now()
+	rep := &Report{Source: source, Target: target, GroupBy: r.cfg.GroupBy}
+	filter := r.cfg.Def.SearchFilter()
+
+	// 1. Counts per group.
+	var oldC, newC map[string]int64
+	for attempt := 0; attempt < 15; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, 300*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		if err := r.refresh(ctx, source, target); err != nil {
+			return nil, err
+		}
+		var err error
+		if oldC, rep.OldTotal, err = r.raw.groupCounts(ctx, source, filter, r.cfg.GroupBy); err != nil {
+			return nil, err
+		}
+		if newC, rep.NewTotal, err = r.raw.groupCounts(ctx, target, filter, r.cfg.GroupBy); err != nil {
+			return nil, err
+		}
+		if maps(oldC, newC) {
+			break
+		}
+	}
+	rep.Groups = nil
+	keys := map[string]bool{}
+	for k := range oldC {
+		keys[k] = true
+	}
+	for k := range newC {
+		keys[k] = true
+	}
+	for k := range keys {
+		if oldC[k] != newC[k] {
+			rep.Groups = append(rep.Groups, GroupCount{Key: k, Old: oldC[k], New: newC[k]})
+		}
+	}
+	slices.SortFunc(rep.Groups, func(a, b GroupCount) int { return strings.Compare(a.Key, b.Key) })
+
+	// 2. Every id and version.
+	oldV, err := r.versions(ctx, source, filter)
+	if err != nil {
+		return nil, err
+	}
+	newV, err := r.versions(ctx, target, filter)
+	if err != nil {
+		return nil, err
+	}
+	rep.Compared = int64(max(len(oldV), len(newV)))
+	var diff []string
+	for id, v := range oldV {
+		if nv, ok := newV[id]; !ok || nv != v {
+			diff = append(diff, id)
+		}
+	}
+	for id := range newV {
+		if _, ok := oldV[id]; !ok {
+			diff = append(diff, id)
+		}
+	}
+	for attempt := 0; len(diff) > 0 && attempt < 10; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, 300*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		var still []string
+		rep.Missing, rep.Extra, rep.Versions = nil, nil, nil
+		for i := 0; i < len(diff); i += 1000 {
+			part := diff[i:min(i+1000, len(diff))]
+			o, err := r.cfg.Engine.MGet(ctx, source, part)
+			if err != nil {
+				return nil, fmt.Errorf("reindex: check: read %s: %w", source, err)
+			}
+			n, err := r.cfg.Engine.MGet(ctx, target, part)
+			if err != nil {
+				return nil, fmt.Errorf("reindex: check: read %s: %w", target, err)
+			}
+			for _, id := range part {
+				od, oOK := o[id]
+				nd, nOK := n[id]
+				oOK = oOK && !r.tombstone(od.Source)
+				nOK = nOK && !r.tombstone(nd.Source)
+				switch {
+				case !oOK && !nOK:
+				case oOK && !nOK:
+					still = append(still, id)
+					rep.Missing = appendMax(rep.Missing, id)
+				case !oOK && nOK:
+					still = append(still, id)
+					rep.Extra = appendMax(rep.Extra, fmt.Sprintf("%s (v%d)", id, nd.Version))
+				case od.Version != nd.Version:
+					still = append(still, id)
+					rep.Versions = appendMax(rep.Versions, fmt.Sprintf("%s (old v%d, new v%d)", id, od.Version, nd.Version))
+				}
+			}
+		}
+		diff = still
+	}
+
+	// 3. A sample of sources.
+	rep.Ignored = append(slices.Clone(r.cfg.IgnoreFields), r.changedFields(ctx, source)...)
+	ids := make([]string, 0, len(oldV))
+	for id := range oldV {
+		ids = append(ids, id)
+	}
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	sample := ids[:min(len(ids), r.cfg.SampleSize)]
+	for attempt := 0; len(sample) > 0 && attempt < 5; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, 300*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		o, err := r.cfg.Engine.MGet(ctx, source, sample)
+		if err != nil {
+			return nil, fmt.Errorf("reindex: check: read %s: %w", source, err)
+		}
+		n, err := r.cfg.Engine.MGet(ctx, target, sample)
+		if err != nil {
+			return nil, fmt.Errorf("reindex: check: read %s: %w", target, err)
+		}
+		if attempt == 0 {
+			rep.Sampled = len(sample)
+		}
+		var still []string
+		rep.SourceDiffs = nil
+		for _, id := range sample {
+			od, oOK := o[id]
+			nd, nOK := n[id]
+			if !oOK || !nOK || od.Version != nd.Version {
+				if oOK != nOK || (oOK && od.Version != nd.Version) {
+					still = append(still, id) // a live write in between: look again
+				}
+				continue
+			}
+			if d := sourceDiff(od.Source, nd.Source, rep.Ignored); d != "" {
+				still = append(still, id)
+				rep.SourceDiffs = appendMax(rep.SourceDiffs, id+": "+d)
+			}
+		}
+		sample = still
+		if len(still) > 0 && len(rep.SourceDiffs) == 0 && attempt == 4 {
+			rep.SourceDiffs = appendMax(rep.SourceDiffs, still[0]+": version kept changing")
+		}
+	}
+	rep.OK = len(rep.Groups) == 0 && len(rep.Missing) == 0 && len(rep.Extra) == 0 && len(rep.Versions) == 0 && len(rep.SourceDiffs) == 0
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+func (r *Reindexer) refresh(ctx context.Context, indexes ...string) error {
+	for _, ix := range indexes {
+		if err := r.cfg.Engine.Refresh(ctx, ix); err != nil {
+			return fmt.Errorf("reindex: refresh %s: %w", ix, err)
+		}
+	}
+	return nil
+}
+
+func (r *Reindexer) versions(ctx context.Context, index string, filter json.RawMessage) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := r.raw.scroll(ctx, index, filter, 5000, false, func(_ int64, hits []scrollHit) error {
+		for _, h := range hits {
+			out[h.ID] = h.Version
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reindex: check: %w", err)
+	}
+	return out, nil
+}
+
+func (r *Reindexer) tombstone(src json.RawMessage) bool {
+	if r.cfg.Def.DeleteMode != mapping.DeleteSoft || src == nil {
+		return false
+	}
+	var m map[string]any
+	if json.Unmarshal(src, &m) != nil {
+		return false
+	}
+	b, _ := m[r.cfg.Def.TombstoneField].(bool)
+	return b
+}
+
+// changedFields lists the document fields whose mapping differs between the
+// live index and the definition (their stored values may differ after a
+// re-projection).
+func (r *Reindexer) changedFields(ctx context.Context, source string) []string {
+	info, err := r.cfg.Engine.GetIndex(ctx, source)
+	if err != nil || info == nil {
+		return nil
+	}
+	return mappingChanges(info.Mappings, r.cfg.Def)
+}
+
+// mappingChanges compares the live mappings' properties with the
+// definition's, field by field (dotted paths).
+func mappingChanges(live json.RawMessage, def *mapping.Def) []string {
+	var lm map[string]any
+	_ = json.Unmarshal(live, &lm)
+	var body struct {
+		Mappings map[string]any `json:"mappings"`
+	}
+	_ = json.Unmarshal(def.Body(), &body)
+	a, b := map[string]string{}, map[string]string{}
+	flattenProps("", lm, a)
+	flattenProps("", body.Mappings, b)
+	var out []string
+	for k, v := range b {
+		if a[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func flattenProps(prefix string, m map[string]any, out map[string]string) {
+	props, _ := m["properties"].(map[string]any)
+	for name, v := range props {
+		fm, _ := v.(map[string]any)
+		path := prefix + name
+		if sub, ok := fm["properties"].(map[string]any); ok {
+			flattenProps(path+".", map[string]any{"properties": sub}, out)
+			rest := map[string]any{}
+			for k, x := range fm {
+				if k != "properties" {
+					rest[k] = x
+				}
+			}
+			if len(rest) > 0 {
+				b, _ := json.Marshal(canonical(rest))
+				out[path] = string(b)
+			}
+			continue
+		}
+		b, _ := json.Marshal(canonical(fm))
+		out[path] = string(b)
+	}
+}
+
+// canonical turns numbers and booleans given as strings by the engine into
+// strings everywhere, so that "256" and 256 compare equal.
+func canonical(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = canonical(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = canonical(e)
+		}
+		return out
+	case nil:
+		return nil
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// settingChanges lists the definition's index settings whose value differs
+// from the live index's.
+func settingChanges(live json.RawMessage, def *mapping.Def) []string {
+	var ls map[string]any
+	_ = json.Unmarshal(live, &ls)
+	liveIdx, _ := ls["index"].(map[string]any)
+	flatLive, flatDef := map[string]string{}, map[string]string{}
+	flatten("", liveIdx, flatLive)
+	d := map[string]any{}
+	for k, v := range def.Settings {
+		d[strings.TrimPrefix(k, "index.")] = v
+	}
+	flatten("", d, flatDef)
+	var out []string
+	for k, v := range flatDef {
+		if flatLive[k] != v {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func flatten(prefix string, m map[string]any, out map[string]string) {
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			flatten(prefix+k+".", sub, out)
+			continue
+		}
+		b, _ := json.Marshal(canonical(v))
+		out[prefix+k] = string(b)
+	}
+}
+
+// sourceDiff names the first top-level field that differs, ignoring
+// ignored fields (and their sub-fields); "" when equal.
+func sourceDiff(a, b json.RawMessage, ignored []string) string {
+	am, err1 := projections.Decode(a)
+	bm, err2 := projections.Decode(b)
+	if err1 != nil || err2 != nil {
+		return "not a JSON object"
+	}
+	skip := func(k string) bool {
+		for _, f := range ignored {
+			if f == k || strings.HasPrefix(f, k+".") || strings.HasPrefix(k, f+".") {
+				return true
+			}
+		}
+		return false
+	}
+	keys := map[string]bool{}
+	for k := range am {
+		keys[k] = true
+	}
+	for k := range bm {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	slices.Sort(sorted)
+	for _, k := range sorted {
+		if skip(k) {
+			continue
+		}
+		if !reflect.DeepEqual(am[k], bm[k]) {
+			ja, _ := json.Marshal(am[k])
+			jb, _ := json.Marshal(bm[k])
+			return fmt.Sprintf("field %s: old %s, new %s", k, trunc(string(ja)), trunc(string(jb)))
+		}
+	}
+	return ""
+}
+
+func trunc(s string) string {
+	if len(s) > 60 {
+		return s[:57] + "..."
+	}
+	return s
+}
+
+func appendMax(list []string, s string) []string {
+	if len(list) >= 20 {
+		return list
+	}
+	return append(list, s)
+}
+
+func maps(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
