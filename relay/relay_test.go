@@ -1,0 +1,279 @@
+package relay_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
+)
+
+func TestDeliversInOrderRoutesAndSkips(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	cfg := fast()
+	route := config.Route{Consumer: "hook", EventTypes: []string{"entity.customer.*"}}
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL), Match: route.Matches}}
+	r, _ := start(t, db, cfg)
+
+	aggs := make([]uuid.UUID, 10)
+	var want []int64
+	for i := range aggs {
+		aggs[i] = uuid.New()
+	}
+	for n := range 30 {
+		for i := range aggs {
+			want = append(want, write(t, db, event(&aggs[i], "entity.customer.updated", "DDM_ENTITY", n))...)
+		}
+	}
+	skipped := write(t, db, event(&aggs[0], "entity.order.created", "DDM_ENTITY", 99))[0]
+	free := write(t, db, event(nil, "entity.customer.imported", "DDM_ENTITY", 1), event(nil, "entity.customer.imported", "DDM_ENTITY", 2))
+
+	testenv.Eventually(t, 30*time.Second, func() bool { return countStatus(t, db, "pending") == 0 }, "all events handled")
+	if got := countStatus(t, db, "dispatched"); got != len(want)+len(free) {
+		t.Errorf("dispatched %d, want %d", got, len(want)+len(free))
+	}
+	if got := getRow(t, db, skipped); got.Status != "skipped" || got.Attempts != 0 || got.Dispatched != nil {
+		t.Errorf("unrouted event: %+v, want skipped", got)
+	}
+	for _, id := range append(want, free...) {
+		if !rc.delivered(id) {
+			t.Fatalf("event %d never arrived", id)
+		}
+		if got := getRow(t, db, id); got.Dispatched == nil {
+			t.Fatalf("event %d: no dispatched_at", id)
+		}
+	}
+	if rc.delivered(skipped) {
+		t.Error("the unrouted event was delivered")
+	}
+	rc.checkOrder(t)
+	st := r.Stats()
+	if st.Dispatched != uint64(len(want)+len(free)) || st.Skipped != 1 || st.Partitions != 8 {
+		t.Errorf("stats %+v", st)
+	}
+	if ok, msg := r.Ready(); !ok {
+		t.Errorf("not ready: %s", msg)
+	}
+}
+
+// A failing endpoint: attempts, last_error and available_at evolve with the
+// configured backoff; after max_attempts the event is failed and its aggregate
+// blocked while others flow; the operator's retry releases it.
+func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	bad, good := uuid.New(), uuid.New()
+	rc.setStatus(func(m sink.Message) int {
+		if *m.AggregateID == bad {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	cfg := fast()
+	cfg.MaxAttempts = 4
+	cfg.Backoff = config.Backoff{Initial: 200 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.1}
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	start(t, db, cfg)
+
+	ids := write(t, db, event(&bad, "entity.customer.updated", "DDM_ENTITY", 1), event(&bad, "entity.customer.updated", "DDM_ENTITY", 2))
+	head, behind := ids[0], ids[1]
+
+	// Watch the head evolve.
+	prev := row{}
+	for attempts := 1; attempts <= 3; attempts++ {
+		var got row
+		testenv.Eventually(t, 10*time.Second, func() bool { got = getRow(t, db, head); return got.Attempts >= attempts }, "attempt %d", attempts)
+		if got.Status != "pending" || got.Attempts != attempts {
+			t.Fatalf("after attempt %d: %+v", attempts, got)
+		}
+		if got.LastError == nil || !strings.HasPrefix(*got.LastError, "hook: HTTP 503") {
+			t.Fatalf("last_error %v, want hook: HTTP 503 …", got.LastError)
+		}
+		if !got.AvailableAt.After(prev.AvailableAt) {
+			t.Fatalf("available_at did not move: %v then %v", prev.AvailableAt, got.AvailableAt)
+		}
+		prev = got
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, head).Status == "failed" }, "head failed after max_attempts")
+	if got := getRow(t, db, head); got.Attempts != 4 || !strings.Contains(*got.LastError, "503") {
+		t.Errorf("failed head: %+v", got)
+	}
+	// The gaps between attempts follow the backoff: 200ms, 400ms, 500ms (cap), ±10%.
+	times := rc.attemptTimes(head)
+	if len(times) != 4 {
+		t.Fatalf("%d attempts arrived, want 4", len(times))
+	}
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond} {
+		if gap := times[i+1].Sub(times[i]); gap < want*9/10 || gap > want*11/10+time.Second {
+			t.Errorf("gap %d: %s, want about %s", i+1, gap, want)
+		}
+	}
+
+	// The aggregate is blocked; another flows.
+	ok := write(t, db, event(&good, "entity.customer.updated", "DDM_ENTITY", 1), event(&good, "entity.customer.updated", "DDM_ENTITY", 2))
+	testenv.Eventually(t, 10*time.Second, func() bool { return rc.delivered(ok[0]) && rc.delivered(ok[1]) }, "other aggregate delivered")
+	if got := getRow(t, db, behind); got.Status != "pending" || got.Attempts != 0 || got.LastError != nil {
+		t.Errorf("event behind the failed head: %+v, want untouched pending", got)
+	}
+	if len(rc.attemptTimes(behind)) != 0 {
+		t.Error("event behind the failed head was sent")
+	}
+
+	// The operator retries (the statement `searchsync outbox retry` runs).
+	rc.setStatus(nil)
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE aa_outbox_event SET status = 'pending', available_at = now() WHERE id = $1 AND status = 'failed'`, head); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, behind).Status == "dispatched" }, "released aggregate delivered")
+	if got := getRow(t, db, head); got.Status != "dispatched" {
+		t.Errorf("head after retry: %+v", got)
+	}
+	rc.checkOrder(t)
+}
+
+func TestPoisonFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	rc.setStatus(func(m sink.Message) int {
+		if m.EventType == "entity.customer.broken" {
+			return http.StatusUnprocessableEntity
+		}
+		return http.StatusOK
+	})
+	cfg := fast()
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	start(t, db, cfg)
+	agg := uuid.New()
+	ids := write(t, db, event(&agg, "entity.customer.broken", "DDM_ENTITY", 1), event(&agg, "entity.customer.updated", "DDM_ENTITY", 2))
+	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, ids[0]).Status == "failed" }, "poison failed")
+	got := getRow(t, db, ids[0])
+	if got.Attempts != 1 || got.LastError == nil || !strings.HasPrefix(*got.LastError, "hook: HTTP 422") {
+		t.Errorf("poison: %+v %v", got, *got.LastError)
+	}
+	if got := getRow(t, db, ids[1]); got.Status != "pending" || got.Attempts != 0 {
+		t.Errorf("behind poison: %+v", got)
+	}
+}
+
+// An earlier event whose available_at lies in the future holds back its
+// aggregate (and only it); events without an aggregate flow freely.
+func TestFutureHeadBlocksItsAggregateOnly(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	held, other := uuid.New(), uuid.New()
+	ids := write(t, db, event(&held, "entity.customer.updated", "DDM_ENTITY", 1), event(&held, "entity.customer.updated", "DDM_ENTITY", 2))
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE aa_outbox_event SET available_at = now() + interval '3 seconds' WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fast()
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	start(t, db, cfg)
+	free := write(t, db, event(nil, "entity.customer.imported", "DDM_ENTITY", 1))
+	more := write(t, db, event(&other, "entity.customer.updated", "DDM_ENTITY", 1))
+	testenv.Eventually(t, 10*time.Second, func() bool { return rc.delivered(free[0]) && rc.delivered(more[0]) }, "free and other delivered")
+	if rc.delivered(ids[1]) || rc.delivered(ids[0]) {
+		t.Fatal("held aggregate delivered before its head became available")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return rc.delivered(ids[1]) }, "held aggregate delivered once its head is available")
+	rc.checkOrder(t)
+}
+
+// blockingHook holds Deliver until released, to act between claim and ack.
+type blockingHook struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingHook) Name() string { return "blocking" }
+func (b *blockingHook) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+	b.entered <- struct{}{}
+	<-b.release
+	out := make([]sink.Outcome, len(events))
+	for i := range out {
+		out[i] = sink.Ok()
+	}
+	return out
+}
+
+// An instance that lost its lease while delivering cannot record outcomes.
+func TestAckIsFencedByTheLease(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	bh := &blockingHook{entered: make(chan struct{}, 10), release: make(chan struct{})}
+	cfg := fast()
+	cfg.Partitions = 1
+	cfg.LeaseTTL = 30 * time.Second // no renewal interferes
+	cfg.Routes = []relay.Route{{Consumer: bh}}
+	r, _ := start(t, db, cfg)
+	agg := uuid.New()
+	id := write(t, db, event(&agg, "entity.customer.updated", "DDM_ENTITY", 1))[0]
+	select {
+	case <-bh.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	// Another instance takes partition 0 over (as after an expiry).
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE aa_relay_lease SET owner = 'intruder', epoch = epoch + 1 WHERE partition = 0`); err != nil {
+		t.Fatal(err)
+	}
+	close(bh.release)
+	testenv.Eventually(t, 10*time.Second, func() bool { return r.Stats().Fenced == 1 }, "ack fenced")
+	if got := getRow(t, db, id); got.Status != "pending" || got.Attempts != 0 {
+		t.Errorf("fenced event: %+v, want untouched", got)
+	}
+}
+
+// Two instances split the partitions; when one stops the other takes all.
+func TestInstancesShareAndTakeOverPartitions(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	cfg := fast()
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	a, _ := start(t, db, cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Stats().Partitions == 8 }, "first instance owns all")
+	b, stopB := start(t, db, cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Stats().Partitions == 4 && b.Stats().Partitions == 4 }, "4 + 4")
+	var owners int
+	db.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT owner) FROM aa_relay_lease WHERE expires_at > now()`).Scan(&owners)
+	if owners != 2 {
+		t.Errorf("%d owners in aa_relay_lease, want 2", owners)
+	}
+	stopB()
+	testenv.Eventually(t, 10*time.Second, func() bool { return a.Stats().Partitions == 8 }, "survivor owns all after a graceful stop")
+	aggs := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	var ids []int64
+	for i := range 30 {
+		ids = append(ids, write(t, db, event(&aggs[i%3], "entity.customer.updated", "DDM_ENTITY", i))...)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return rc.distinct() == len(ids) }, "all delivered")
+	rc.checkOrder(t)
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	if _, err := relay.New(db.Pool, relay.Config{Partitions: 5000}); err == nil || !strings.Contains(err.Error(), "partitions") {
+		t.Errorf("partitions 5000: %v", err)
+	}
+	c, err := config.Parse("t.yaml", []byte("database: {url: 'postgres://x@h/db'}\nconsumers: [{name: a, type: webhook, webhook: {url: 'http://h/', secret: s}}]\nroutes: [{consumer: a}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.FromConfig(c, map[string]sink.Consumer{}, nil); err == nil || !strings.Contains(err.Error(), `unknown consumer "a"`) {
+		t.Errorf("unknown consumer: %v", err)
+	}
+}
