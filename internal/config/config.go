@@ -31,6 +31,7 @@ type Config struct {
 	Engine     Engine     `yaml:"engine"`
 	Consumers  []Consumer `yaml:"consumers"`
 	Routes     []Route    `yaml:"routes"`
+	Indexes    Indexes    `yaml:"indexes"`
 
 	// file is where the configuration came from ("" for defaults only).
 	file string
@@ -452,6 +453,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	c.validateIndexes(v)
 	return v.err()
 }
 
