@@ -34,9 +34,15 @@ func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	return runRelay(ctx, e, c.ConnectTimeout, nil)
+}
+
+// runRelay is `searchsync run`; onServing, when set, is called with the HTTP
+// address once the dashboard is served (the demo prints it).
+func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServing func(addr string)) error {
 	cfg, logger := e.cfg, e.logger
 
-	pool, err := openRelayPool(ctx, cfg.Database, c.ConnectTimeout)
+	pool, err := openRelayPool(ctx, cfg.Database, connectTimeout)
 	if err != nil {
 		return err
 	}
@@ -75,6 +81,9 @@ func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	srv := &http.Server{Handler: obs.handler(healthHandler(pool, r), pool, cfg.Database.Schema, r, logger), ReadHeaderTimeout: 5 * time.Second}
 	logger.Info("http: serving the dashboard, /metrics, /healthz and /readyz", "url", "http://"+ln.Addr().String()+"/")
+	if onServing != nil {
+		onServing(ln.Addr().String())
+	}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http: server stopped", "error", err)

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/searchsync/searchsync/internal/loadgen"
+	"github.com/searchsync/searchsync/migrations"
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// DemoCmd migrates, generates a steady load of customer mutations through the
+// producer API and runs the relay with its dashboard, until Ctrl-C.
+type DemoCmd struct {
+	Rate      int           `default:"200" help:"Events per second the load generator writes."`
+	Batch     int           `default:"10" help:"Events per producer transaction."`
+	Burst     time.Duration `default:"5s" help:"Every this often, add a burst of updates to one customer (0: none)."`
+	BurstSize int           `default:"25" help:"Updates per burst."`
+	Seed      uint64        `default:"1" help:"Seed of the load generator."`
+}
+
+// Run runs the demo.
+func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
+	e, err := g.load(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := migrations.New(ctx, e.cfg.Database.URL, e.cfg.Database.Schema, e.logger)
+	if err != nil {
+		return err
+	}
+	_, err = m.Up(ctx)
+	m.Close()
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, e.cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	loadDone := make(chan error, 1)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer func() {
+		stopLoad()
+		if err := <-loadDone; err != nil {
+			e.logger.Error("demo: load generator", "err", err)
+		}
+	}()
+	go func() {
+		w := outbox.NewWriter(outbox.WriterConfig{Schema: e.cfg.Database.Schema})
+		n, err := loadgen.Steady(loadCtx, pool, w, loadgen.New(c.Seed), c.Rate, c.Batch, c.Burst, c.BurstSize)
+		e.logger.Info("demo: load generator stopped", "events_written", n)
+		loadDone <- err
+	}()
+	err = runRelay(ctx, e, 10*time.Second, func(addr string) {
+		fmt.Fprintf(os.Stderr, "\n  searchsync demo: %d customer events/s (creates, partial updates, deletes, bursts of %d)\n"+
+			"  dashboard:  http://%s/\n  metrics:    http://%s/metrics\n  status:     searchsync status\n"+
+			"  search:     searchsync search customers 'Lovelace'\n  stop:       Ctrl-C\n\n", c.Rate, c.BurstSize, addr, addr)
+	})
+	if ctx.Err() != nil {
+		return nil // Ctrl-C is how the demo ends
+	}
+	return err
+}
