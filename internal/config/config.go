@@ -92,7 +92,7 @@ type Log struct {
 	// Level is debug, info, warn or error. Default info.
 	Level string `yaml:"level"`
 	// Format is auto (tint on a terminal, JSON otherwise), text or json.
-	// Default auto.
+	// Default auto. Env SEARCHSYNC_LOG_FORMAT.
 	Format string `yaml:"format"`
 }
 
@@ -256,6 +256,9 @@ func (c *Config) applyEnv(getenv func(string) string) {
 	}
 	if v := getenv("SEARCHSYNC_HTTP_LISTEN"); v != "" {
 		c.HTTP.Listen = v
+	}
+	if v := getenv("SEARCHSYNC_LOG_FORMAT"); v != "" {
+		c.Log.Format = v
 	}
 	if v := getenv("SEARCHSYNC_ENGINE_URL"); v != "" {
 		c.Engine.URLs = strings.Split(v, ",")
