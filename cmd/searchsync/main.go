@@ -33,6 +33,7 @@ type CLI struct {
 	Migrate MigrateCmd       `cmd:"" help:"Create or upgrade the outbox schema."`
 	Run     RunCmd           `cmd:"" help:"Deliver the outbox to the configured consumers until stopped."`
 	Demo    DemoCmd          `cmd:"" help:"Migrate, generate customer mutations and run the relay with its dashboard (the README's run command)."`
+	Search  SearchCmd        `cmd:"" help:"Search an index or alias (to watch documents arrive)."`
 	Status  StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
 	Version kong.VersionFlag `help:"Print the version."`
 }
