@@ -1,0 +1,387 @@
+// Package webhook owns the webhook consumer: every event is sent as a JSON
+// POST (sink.Body) signed the Standard Webhooks way
+// (https://www.standardwebhooks.com/):
+//
+//	webhook-id:        the event id (the receiver's idempotency key)
+//	webhook-timestamp: unix seconds of the attempt
+//	webhook-signature: v1,<base64(HMAC-SHA256(key, "<id>.<timestamp>.<body>"))>
+//
+// The key is the configured secret: a secret of the form "whsec_<base64>" is
+// base64-decoded first (as the Standard Webhooks libraries do), any other value
+// is used as raw bytes, and "env:NAME" reads the value from the environment
+// variable NAME. Receivers can check a request with Verify.
+//
+// # Outcomes
+//
+// 2xx is delivered. 408, 429, 5xx, network errors and timeouts are retried
+// (a Retry-After header is quoted in the reason). Any other status (other 4xx,
+// a redirect) is poison: the reason holds the status and the start of the
+// response body.
+//
+// # Concurrency and order
+//
+// Events of different aggregates are sent concurrently, at most
+// Webhook.Concurrency requests in flight per endpoint (across every Deliver
+// call of the consumer). Events of one aggregate are sent one after the other
+// in id order; the first that is not delivered stops its aggregate and the
+// later ones are reported NotAttempted.
+package webhook
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// Header names of the Standard Webhooks scheme.
+const (
+	HeaderID        = "webhook-id"
+	HeaderTimestamp = "webhook-timestamp"
+	HeaderSignature = "webhook-signature"
+)
+
+// SecretPrefix marks a base64-encoded secret.
+const SecretPrefix = "whsec_"
+
+// Tolerance is how far a webhook-timestamp may lie from the receiver's clock
+// in Verify (the Standard Webhooks recommendation).
+const Tolerance = 5 * time.Minute
+
+// snippetLen bounds the part of a response body quoted in a poison reason.
+const snippetLen = 256
+
+// Consumer posts events to one endpoint. It is safe for concurrent use.
+type Consumer struct {
+	name   string
+	cfg    config.Webhook
+	key    []byte
+	client *http.Client
+	logger *slog.Logger
+	// slots bounds the requests in flight to the endpoint.
+	slots chan struct{}
+	now   func() time.Time
+}
+
+var _ sink.Consumer = (*Consumer)(nil)
+
+// ConfigError is a webhook configuration that cannot work.
+type ConfigError struct {
+	Consumer string
+	Key      string
+	Reason   string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("webhook consumer %q: %s: %s", e.Consumer, e.Key, e.Reason)
+}
+
+// New returns the consumer name for the endpoint cfg. Zero fields of cfg take
+// the defaults documented in config.Webhook (timeout 10s, concurrency 8).
+// client nil means a client of its own (no redirects followed, idle
+// connections for Concurrency requests); a given client is used as it is,
+// and the per-request timeout is applied through the request's context.
+func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logger) (*Consumer, error) {
+	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 8)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	bad := func(key, format string, args ...any) error {
+		return &ConfigError{Consumer: name, Key: key, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://"):
+		return nil, bad("webhook.url", "%q is not an absolute http(s) URL", cfg.URL)
+	case cfg.Timeout < 0:
+		return nil, bad("webhook.timeout", "must be positive")
+	case cfg.Concurrency < 0:
+		return nil, bad("webhook.concurrency", "must be positive")
+	}
+	key, err := ParseSecret(cfg.Secret)
+	if err != nil {
+		return nil, bad("webhook.secret", "%v", err)
+	}
+	if client == nil {
+		client = &http.Client{
+			Transport: &http.Transport{
+				Proxy:               http.ProxyFromEnvironment,
+				DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConnsPerHost: cfg.Concurrency,
+				IdleConnTimeout:     90 * time.Second,
+				TLSHandshakeTimeout: cfg.Timeout,
+				ForceAttemptHTTP2:   true,
+			},
+			// A redirect of a POST is a configuration mistake; it is reported
+			// (poison), never followed as a GET.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return &Consumer{
+		name: name, cfg: cfg, key: key, client: client,
+		logger: logger.With("consumer", name),
+		slots:  make(chan struct{}, cfg.Concurrency),
+		now:    time.Now,
+	}, nil
+}
+
+// ParseSecret turns a configured secret into the HMAC key: "env:NAME" reads
+// the variable NAME first; "whsec_<base64>" is base64-decoded; anything else
+// is the key as it is.
+func ParseSecret(secret string) ([]byte, error) {
+	if name, ok := strings.CutPrefix(secret, "env:"); ok {
+		secret = os.Getenv(name)
+		if secret == "" {
+			return nil, fmt.Errorf("environment variable %s is empty", name)
+		}
+	}
+	if secret == "" {
+		return nil, errors.New("is required")
+	}
+	if enc, ok := strings.CutPrefix(secret, SecretPrefix); ok {
+		key, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			return nil, fmt.Errorf("a %s secret must be base64 after the prefix: %w", SecretPrefix, err)
+		}
+		if len(key) == 0 {
+			return nil, fmt.Errorf("the %s secret is empty", SecretPrefix)
+		}
+		return key, nil
+	}
+	return []byte(secret), nil
+}
+
+// Name is the consumer's configured name.
+func (c *Consumer) Name() string { return c.name }
+
+// Deliver posts the events: aggregates concurrently (bounded by the
+// endpoint's concurrency), the events of one aggregate in order, stopping at
+// the first that is not delivered.
+func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+	out := make([]sink.Outcome, len(events))
+	// Group the positions by aggregate, keeping id order inside each group;
+	// events without an aggregate are groups of their own.
+	var groups [][]int
+	index := map[string]int{}
+	for i, e := range events {
+		key := e.AggregateKey()
+		if key == "" {
+			groups = append(groups, []int{i})
+			continue
+		}
+		g, ok := index[key]
+		if !ok {
+			g = len(groups)
+			index[key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	// One goroutine per group at most Concurrency at a time; the slots bound
+	// the requests across concurrent Deliver calls as well.
+	workers := min(len(groups), c.cfg.Concurrency)
+	next := make(chan []int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for g := range next {
+				for _, i := range g {
+					out[i] = c.deliverOne(ctx, events[i])
+					if !out[i].Kind.Delivered() {
+						break // the rest of the aggregate stays NotAttempted
+					}
+				}
+			}
+		})
+	}
+	for _, g := range groups {
+		next <- g
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// deliverOne sends one event and maps the answer to an outcome. A cancelled
+// ctx (the relay is stopping) gives NotAttempted: the row stays as it is and
+// the event is sent again later.
+func (c *Consumer) deliverOne(ctx context.Context, e *outbox.Event) sink.Outcome {
+	body, err := sink.Body(e)
+	if err != nil {
+		return sink.Poisonf("encode event %d: %v", e.ID, err)
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return sink.Outcome{}
+	}
+	defer func() { <-c.slots }()
+	if ctx.Err() != nil {
+		return sink.Outcome{}
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, c.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return sink.Poisonf("build request: %v", err)
+	}
+	id := strconv.FormatInt(e.ID, 10)
+	ts := c.now().Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "searchsync-webhook")
+	req.Header.Set(HeaderID, id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, Sign(c.key, id, ts, body))
+
+	start := time.Now()
+	resp, err := c.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sink.Outcome{}
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			return sink.Retryf("POST %s: no answer within %s", c.cfg.URL, c.cfg.Timeout)
+		}
+		return sink.Retryf("POST %s: %v", c.cfg.URL, unwrapURLError(err))
+	}
+	snippet := readSnippet(resp.Body)
+	resp.Body.Close()
+	c.logger.Debug("webhook answered", "event_id", e.ID, "status", resp.StatusCode, "duration", time.Since(start))
+	return classify(resp, snippet)
+}
+
+// classify maps a response to an outcome.
+func classify(resp *http.Response, snippet string) sink.Outcome {
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code < 300:
+		return sink.Ok()
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		reason := "HTTP " + resp.Status
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			reason += "; Retry-After " + describeRetryAfter(ra)
+		}
+		if snippet != "" {
+			reason += ": " + snippet
+		}
+		return sink.Outcome{Kind: sink.Retry, Reason: reason}
+	case code >= 300 && code < 400:
+		return sink.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location"))
+	default:
+		reason := "HTTP " + resp.Status
+		if snippet != "" {
+			reason += ": " + snippet
+		}
+		return sink.Outcome{Kind: sink.Poison, Reason: reason}
+	}
+}
+
+// describeRetryAfter renders a Retry-After value (seconds or an HTTP date) as
+// a duration where it can.
+func describeRetryAfter(v string) string {
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		return (time.Duration(s) * time.Second).String()
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return fmt.Sprintf("%s (in %s)", v, time.Until(t).Round(time.Second))
+	}
+	return strconv.Quote(v)
+}
+
+// readSnippet reads the start of a response body as one line of text,
+// draining a bounded rest so that the connection can be reused.
+func readSnippet(r io.Reader) string {
+	buf, _ := io.ReadAll(io.LimitReader(r, snippetLen+1))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r, 64<<10))
+	truncated := len(buf) > snippetLen
+	if truncated {
+		buf = buf[:snippetLen]
+		for len(buf) > 0 && !utf8.Valid(buf) {
+			buf = buf[:len(buf)-1]
+		}
+	}
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(buf), "?")), " ")
+	if truncated {
+		s += "…"
+	}
+	return s
+}
+
+func unwrapURLError(err error) error {
+	var ue interface{ Unwrap() error }
+	if errors.As(err, &ue) {
+		if inner := ue.Unwrap(); inner != nil {
+			return inner
+		}
+	}
+	return err
+}
+
+// Sign returns the webhook-signature value for one message: "v1," and the
+// base64 HMAC-SHA256 of "<id>.<timestamp>.<body>" under key.
+func Sign(key []byte, id string, timestamp int64, body []byte) string {
+	h := hmac.New(sha256.New, key)
+	fmt.Fprintf(h, "%s.%d.", id, timestamp)
+	h.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(h.Sum(nil))
+}
+
+// Verification errors.
+var (
+	ErrMissingHeaders = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature")
+	ErrBadTimestamp   = errors.New("webhook: webhook-timestamp is not unix seconds")
+	ErrTimestamp      = errors.New("webhook: webhook-timestamp is outside the tolerance")
+	ErrNoSignature    = errors.New("webhook: no matching v1 signature")
+)
+
+// Verify checks a received request the way a Standard Webhooks receiver does:
+// the three headers are present, the timestamp lies within Tolerance of now,
+// and one of the space-separated v1 signatures matches body under secret
+// (given in the configuration's forms: "whsec_<base64>", raw, or "env:NAME").
+func Verify(secret string, h http.Header, body []byte) error {
+	return verify(secret, h, body, time.Now())
+}
+
+func verify(secret string, h http.Header, body []byte, now time.Time) error {
+	key, err := ParseSecret(secret)
+	if err != nil {
+		return fmt.Errorf("webhook: secret: %w", err)
+	}
+	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if id == "" || ts == "" || sigs == "" {
+		return ErrMissingHeaders
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return ErrBadTimestamp
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > Tolerance || d < -Tolerance {
+		return fmt.Errorf("%w: %s off", ErrTimestamp, d.Round(time.Second))
+	}
+	want := []byte(Sign(key, id, sec, body))
+	for _, s := range strings.Fields(sigs) {
+		if hmac.Equal([]byte(s), want) {
+			return nil
+		}
+	}
+	return ErrNoSignature
+}
