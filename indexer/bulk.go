@@ -1,0 +1,494 @@
+package indexer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/searchsync/searchsync/sink"
+)
+
+// WriterConfig configures a Writer. The zero value is usable: every field
+// has the default its comment names.
+type WriterConfig struct {
+	// FlushCount is the most ops in one _bulk request. Default 1000.
+	FlushCount int
+	// FlushBytes is the most bytes (estimated NDJSON size) in one _bulk
+	// request; an op larger than this goes alone. Default 5 MiB.
+	FlushBytes int
+	// FlushInterval is how long Add keeps ops queued before it sends them
+	// (counted from the first queued op). Default 1s.
+	FlushInterval time.Duration
+	// Concurrency is the most _bulk requests in flight at once, over all
+	// Write and Add calls of the writer. Default 2.
+	Concurrency int
+	// RetryInitial is the first wait before retrying items answered 429/5xx
+	// or a request that got no answer. Default 100ms.
+	RetryInitial time.Duration
+	// RetryMax caps one wait. Default 5s.
+	RetryMax time.Duration
+	// RetryElapsed bounds how long one request and its retried items keep
+	// trying; what is still failing then is reported as Retry (the relay
+	// retries it later with its own backoff). Default 10s.
+	RetryElapsed time.Duration
+	// Logger receives retries and give-ups (debug/warn). Default: discard.
+	Logger *slog.Logger
+}
+
+func (c WriterConfig) withDefaults() WriterConfig {
+	if c.FlushCount <= 0 {
+		c.FlushCount = 1000
+	}
+	if c.FlushBytes <= 0 {
+		c.FlushBytes = 5 << 20
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = time.Second
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 2
+	}
+	if c.RetryInitial <= 0 {
+		c.RetryInitial = 100 * time.Millisecond
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Second
+	}
+	if c.RetryElapsed <= 0 {
+		c.RetryElapsed = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Outcome is the result of one op: its sink outcome (OK, Stale, Retry,
+// Poison, or NotAttempted when the context ended before it was sent), the
+// engine's last answer for it, and how many requests carried it.
+type Outcome struct {
+	sink.Outcome
+	Result   BulkResult // zero when no item answer was received
+	Attempts int
+}
+
+// WriterStats are counters since the writer was made.
+type WriterStats struct {
+	Requests        int64 // _bulk requests sent (including retries)
+	Ops             int64 // ops handed to Write/Add
+	OK              int64
+	Stale           int64
+	Retry           int64 // ops reported Retry (after the writer's own retries)
+	Poison          int64
+	ItemRetries     int64 // items re-sent after a 429/5xx answer
+	TransportErrors int64 // requests that got no answer
+}
+
+// Writer sends versioned ops to the engine in _bulk requests and reads every
+// item of every answer. Safe for concurrent use.
+//
+// Classification (see Classify): 2xx is OK; a 409 version conflict is Stale
+// (the engine already holds this or a newer version: delivered); 429, 5xx
+// and engine-side conditions (cluster blocks, a missing index) are retried
+// with exponential backoff — only the failing items, in a smaller request —
+// until RetryElapsed, then reported Retry; mapping and parse errors and other
+// 4xx are Poison with the engine's type and reason. A request that gets no
+// answer at all is retried whole with backoff, then its ops are Retry.
+type Writer struct {
+	eng Engine
+	cfg WriterConfig
+	sem chan struct{}
+
+	stats struct {
+		requests, ops, ok, stale, retry, poison, itemRetries, transport atomic.Int64
+	}
+
+	// async (Add) state
+	mu       sync.Mutex
+	queue    []queued
+	queueLen int // estimated bytes
+	timer    *time.Timer
+	closed   bool
+	running  int           // async batches in flight
+	idle     chan struct{} // closed when running drops to 0
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+}
+
+type queued struct {
+	op   BulkOp
+	done func(Outcome)
+}
+
+// NewWriter returns a writer to eng.
+func NewWriter(eng Engine, cfg WriterConfig) *Writer {
+	cfg = cfg.withDefaults()
+	w := &Writer{eng: eng, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
+	w.bgCtx, w.bgCancel = context.WithCancel(context.Background())
+	return w
+}
+
+// Stats returns a snapshot of the counters.
+func (w *Writer) Stats() WriterStats {
+	s := &w.stats
+	return WriterStats{
+		Requests: s.requests.Load(), Ops: s.ops.Load(), OK: s.ok.Load(), Stale: s.stale.Load(),
+		Retry: s.retry.Load(), Poison: s.poison.Load(), ItemRetries: s.itemRetries.Load(),
+		TransportErrors: s.transport.Load(),
+	}
+}
+
+// Write sends ops now — split into requests by FlushCount and FlushBytes, at
+// most Concurrency in flight — and returns one Outcome per op, in order. It
+// returns when every op has a final outcome (after the writer's own
+// retries) or ctx ends (unsent ops are NotAttempted, ops in flight Retry).
+//
+// Ops of one document should be coalesced by the caller; if several are
+// given, external versions keep the highest, whatever the order.
+func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
+	out := make([]Outcome, len(ops))
+	w.stats.ops.Add(int64(len(ops)))
+	var g errgroup.Group
+	g.SetLimit(w.cfg.Concurrency)
+	var chunk []int
+	size := 0
+	flush := func() {
+		if len(chunk) == 0 {
+			return
+		}
+		idx := chunk
+		chunk, size = nil, 0
+		g.Go(func() error {
+			w.send(ctx, ops, idx, out)
+			return nil
+		})
+	}
+	for i := range ops {
+		if reason := invalid(&ops[i]); reason != "" {
+			out[i] = Outcome{Outcome: sink.Poisonf("%s", reason)}
+			w.stats.poison.Add(1)
+			continue
+		}
+		n := opSize(&ops[i])
+		if len(chunk) > 0 && (len(chunk) >= w.cfg.FlushCount || size+n > w.cfg.FlushBytes) {
+			flush()
+		}
+		chunk = append(chunk, i)
+		size += n
+	}
+	flush()
+	g.Wait()
+	return out
+}
+
+// invalid checks what the engine would reject for the whole request rather
+// than for the item, so that one bad op cannot fail its neighbours.
+func invalid(op *BulkOp) string {
+	switch {
+	case op.Type != OpIndex && op.Type != OpDelete:
+		return fmt.Sprintf("bulk op %s/%s: unknown op type %q", op.Index, op.ID, op.Type)
+	case op.Index == "" || op.ID == "":
+		return fmt.Sprintf("bulk op %s %q/%q: index and id are required", op.Type, op.Index, op.ID)
+	case op.Version < 0:
+		return fmt.Sprintf("bulk op %s %s/%s: negative version %d", op.Type, op.Index, op.ID, op.Version)
+	case op.Type == OpIndex && !json.Valid(op.Doc):
+		return fmt.Sprintf("bulk op index %s/%s: document is not valid JSON", op.Index, op.ID)
+	}
+	return ""
+}
+
+// opSize estimates the NDJSON size of an op.
+func opSize(op *BulkOp) int {
+	return 80 + len(op.Index) + len(op.ID) + len(op.Routing) + len(op.Doc)
+}
+
+// send delivers ops[idx...] (one request, then retries of what failed
+// temporarily) and fills out[idx...].
+func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return // NotAttempted
+	}
+	defer func() { <-w.sem }()
+
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(w.cfg.RetryInitial),
+		backoff.WithMaxInterval(w.cfg.RetryMax),
+		backoff.WithMaxElapsedTime(w.cfg.RetryElapsed),
+	)
+	start := time.Now()
+	pending := idx
+	batch := make([]BulkOp, 0, len(idx))
+	for attempt := 1; ; attempt++ {
+		batch = batch[:0]
+		for _, i := range pending {
+			batch = append(batch, ops[i])
+		}
+		w.stats.requests.Add(1)
+		res, err := w.eng.Bulk(ctx, batch)
+		var reason string
+		if err != nil {
+			ee, isEngine := AsEngineError(err)
+			switch {
+			case ctx.Err() != nil:
+				w.finish(out, pending, Outcome{Outcome: sink.Retryf("bulk interrupted: %v", err), Attempts: attempt})
+				return
+			case isEngine && !ee.Temporary():
+				// The whole request was refused (not an item): nothing
+				// about it will change by retrying.
+				w.finish(out, pending, Outcome{Outcome: sink.Poisonf("%s", ee.Error()), Result: BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}, Attempts: attempt})
+				return
+			case !IsTemporary(err):
+				// A configuration problem (e.g. the wrong engine kind) or
+				// an unreadable answer: not the events' fault.
+				w.finish(out, pending, Outcome{Outcome: sink.Retryf("%v", err), Attempts: attempt})
+				return
+			}
+			if IsTransport(err) {
+				w.stats.transport.Add(1)
+			}
+			reason = err.Error()
+		} else {
+			next := pending[:0:0]
+			for j, r := range res {
+				i := pending[j]
+				o := Classify(ops[i], r)
+				if o.Kind == sink.Retry {
+					next = append(next, i)
+					out[i] = Outcome{Outcome: o, Result: r, Attempts: attempt}
+					reason = o.Reason
+					continue
+				}
+				w.finish(out, []int{i}, Outcome{Outcome: o, Result: r, Attempts: attempt})
+			}
+			if len(next) == 0 {
+				return
+			}
+			w.stats.itemRetries.Add(int64(len(next)))
+			pending = next
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			w.cfg.Logger.Warn("bulk: giving up, reporting retry", "ops", len(pending), "attempts", attempt,
+				"elapsed", time.Since(start).Round(time.Millisecond), "reason", reason)
+			w.giveUp(out, pending, attempt, fmt.Sprintf("%s (still failing after %d attempts in %s)", reason, attempt, time.Since(start).Round(time.Millisecond)))
+			return
+		}
+		w.cfg.Logger.Debug("bulk: retrying", "ops", len(pending), "attempt", attempt, "wait", d, "reason", reason)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			w.giveUp(out, pending, attempt, fmt.Sprintf("%s (interrupted: %v)", reason, ctx.Err()))
+			return
+		}
+	}
+}
+
+// giveUp reports pending ops as Retry, keeping the last item answer.
+func (w *Writer) giveUp(out []Outcome, pending []int, attempts int, reason string) {
+	for _, i := range pending {
+		out[i].Outcome = sink.Outcome{Kind: sink.Retry, Reason: reason}
+		out[i].Attempts = attempts
+	}
+	w.stats.retry.Add(int64(len(pending)))
+}
+
+func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
+	for _, i := range idx {
+		out[i] = o
+	}
+	n := int64(len(idx))
+	switch o.Kind {
+	case sink.OK:
+		w.stats.ok.Add(n)
+	case sink.Stale:
+		w.stats.stale.Add(n)
+	case sink.Retry:
+		w.stats.retry.Add(n)
+	case sink.Poison:
+		w.stats.poison.Add(n)
+	}
+}
+
+// Classify turns the engine's answer for one op into a sink outcome:
+//
+//   - 2xx, and 404 for a delete (the document was not there; the engine
+//     still records the delete's version): OK.
+//   - 409 (version_conflict_engine_exception): Stale — the engine already
+//     holds this or a newer version, so the op counts as delivered.
+//   - 429 and 5xx: Retry (the Writer retries these items itself first).
+//   - cluster_block_exception (any status), index_not_found_exception and
+//     401/403: Retry — conditions of the engine that an operator fixes,
+//     not faults of the event.
+//   - any other 4xx (mapper_parsing_exception, illegal_argument_exception,
+//     strict_dynamic_mapping_exception, …): Poison with the engine's type
+//     and reason.
+func Classify(op BulkOp, r BulkResult) sink.Outcome {
+	what := fmt.Sprintf("%s %s/%s v%d", op.Type, op.Index, op.ID, op.Version)
+	engineSaid := fmt.Sprintf("%s: engine answered %d %s: %s", what, r.Status, r.ErrType, r.ErrReason)
+	switch {
+	case r.Status >= 200 && r.Status < 300:
+		return sink.Ok()
+	case r.Status == http.StatusNotFound && op.Type == OpDelete && r.ErrType == "":
+		return sink.Ok()
+	case r.Status == http.StatusConflict:
+		return sink.Outcome{Kind: sink.Stale, Reason: engineSaid}
+	case r.Status == http.StatusTooManyRequests || r.Status >= 500:
+		return sink.Outcome{Kind: sink.Retry, Reason: engineSaid}
+	case r.ErrType == "cluster_block_exception", r.ErrType == "index_not_found_exception",
+		r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
+		return sink.Outcome{Kind: sink.Retry, Reason: engineSaid}
+	case r.Status == 0:
+		return sink.Outcome{Kind: sink.Retry, Reason: what + ": no item answer"}
+	default:
+		return sink.Outcome{Kind: sink.Poison, Reason: engineSaid}
+	}
+}
+
+// ErrWriterClosed is returned by Add after Close.
+var ErrWriterClosed = errors.New("indexer: writer closed")
+
+// Add queues op; done is called with its outcome once the request that
+// carries it has finished (from another goroutine). The queue is sent when
+// it reaches FlushCount ops or FlushBytes, or FlushInterval after its first
+// op, with at most Concurrency requests in flight; Add blocks while that
+// many are busy (back-pressure).
+func (w *Writer) Add(ctx context.Context, op BulkOp, done func(Outcome)) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrWriterClosed
+	}
+	w.queue = append(w.queue, queued{op, done})
+	w.queueLen += opSize(&op)
+	if len(w.queue) == 1 {
+		w.timer = time.AfterFunc(w.cfg.FlushInterval, w.flushQueued)
+	}
+	var batch []queued
+	if len(w.queue) >= w.cfg.FlushCount || w.queueLen >= w.cfg.FlushBytes {
+		batch = w.takeLocked()
+	}
+	w.mu.Unlock()
+	if batch != nil {
+		return w.dispatch(ctx, batch)
+	}
+	return nil
+}
+
+func (w *Writer) takeLocked() []queued {
+	b := w.queue
+	w.queue, w.queueLen = nil, 0
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	return b
+}
+
+func (w *Writer) flushQueued() {
+	w.mu.Lock()
+	batch := w.takeLocked()
+	w.mu.Unlock()
+	if batch != nil {
+		_ = w.dispatch(w.bgCtx, batch)
+	}
+}
+
+// dispatch sends a queued batch in the background; it waits for a free
+// request slot first (ctx bounds only that wait).
+func (w *Writer) dispatch(ctx context.Context, batch []queued) error {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		// Not sent: report NotAttempted so that nobody waits forever.
+		for _, q := range batch {
+			q.done(Outcome{})
+		}
+		return ctx.Err()
+	}
+	<-w.sem // send takes its own slot; this only waited for one
+	w.mu.Lock()
+	w.running++
+	w.mu.Unlock()
+	go func() {
+		defer func() {
+			w.mu.Lock()
+			w.running--
+			if w.running == 0 && w.idle != nil {
+				close(w.idle)
+				w.idle = nil
+			}
+			w.mu.Unlock()
+		}()
+		ops := make([]BulkOp, len(batch))
+		for i, q := range batch {
+			ops[i] = q.op
+		}
+		outs := w.Write(w.bgCtx, ops)
+		for i, q := range batch {
+			q.done(outs[i])
+		}
+	}()
+	return nil
+}
+
+// Flush sends what is queued and waits until every request in flight has
+// finished or ctx ends.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	batch := w.takeLocked()
+	w.mu.Unlock()
+	if batch != nil {
+		if err := w.dispatch(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return w.waitIdle(ctx)
+}
+
+func (w *Writer) waitIdle(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	if w.idle == nil {
+		w.idle = make(chan struct{})
+	}
+	ch := w.idle
+	w.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close flushes and stops the writer; later Adds fail. When ctx ends first,
+// requests in flight are cancelled (their ops are reported Retry). Safe to
+// call more than once.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	err := w.Flush(ctx)
+	if err != nil {
+		w.bgCancel()
+		_ = w.waitIdle(context.Background())
+	}
+	w.bgCancel()
+	return err
+}

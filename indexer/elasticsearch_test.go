@@ -1,0 +1,92 @@
+package indexer_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/indexer/enginetest"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
+)
+
+func newElasticsearch(t *testing.T, url string) indexer.Engine {
+	t.Helper()
+	e, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{url}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.(*indexer.Elasticsearch).Close() })
+	return e
+}
+
+// productProxy is a TEST-ONLY reverse proxy to the OpenSearch node that adds
+// X-Elastic-Product: Elasticsearch to every answer, so that the
+// go-elasticsearch v8 client (which refuses servers without it) can be
+// exercised against the real node where no Elasticsearch runs (CI). It
+// changes nothing else: requests and bodies pass through unchanged.
+func productProxy(t testing.TB, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Set("X-Elastic-Product", "Elasticsearch")
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestElasticsearch runs the contract suite with the Elasticsearch adapter:
+// against the OpenSearch node through the product proxy (always), and against
+// a real Elasticsearch 8 container where a Docker engine is reachable.
+func TestElasticsearch(t *testing.T) {
+	t.Parallel()
+	t.Run("OpenSearchThroughProxy", func(t *testing.T) {
+		t.Parallel()
+		enginetest.Run(t, productProxy(t, testenv.EngineURL(t)), newElasticsearch)
+	})
+	if testenv.DockerAvailable() {
+		t.Run("Elasticsearch8", func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			u, stop, err := testenv.ElasticsearchContainer(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
+			enginetest.Run(t, u, newElasticsearch)
+		})
+	}
+}
+
+// Without the proxy the v8 client refuses the OpenSearch node: that is a
+// configuration error (wrong engine.kind), neither an engine answer nor a
+// transport failure worth retrying.
+func TestElasticsearchAdapterRefusesOpenSearch(t *testing.T) {
+	t.Parallel()
+	eng := newElasticsearch(t, testenv.EngineURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := eng.Ping(ctx)
+	if err == nil {
+		t.Fatal("ping of an OpenSearch node with the Elasticsearch client succeeded")
+	}
+	if _, ok := indexer.AsEngineError(err); ok || indexer.IsTransport(err) || indexer.IsTemporary(err) {
+		t.Errorf("ping: %v; want a configuration error", err)
+	}
+	if !strings.Contains(err.Error(), "engine.kind") {
+		t.Errorf("ping: %v; want a hint about engine.kind", err)
+	}
+}

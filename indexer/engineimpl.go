@@ -1,0 +1,209 @@
+package indexer
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/searchsync/searchsync/internal/config"
+)
+
+// New returns the adapter that cfg.Kind names ("opensearch", the default, or
+// "elasticsearch"). hc supplies the HTTP transport (nil: a default one); its
+// Timeout is not used, every call is bounded by its context instead.
+//
+// The clients' own retries are switched off: retrying belongs to the Writer
+// (per item, with backoff) and to the relay (per event), so that a failure is
+// reported once, promptly, and with what the engine said.
+func New(cfg config.Engine, hc *http.Client) (Engine, error) {
+	switch strings.ToLower(cmp.Or(cfg.Kind, "opensearch")) {
+	case "opensearch":
+		return NewOpenSearch(cfg, hc)
+	case "elasticsearch":
+		return NewElasticsearch(cfg, hc)
+	default:
+		return nil, fmt.Errorf("indexer: engine.kind %q: want opensearch or elasticsearch", cfg.Kind)
+	}
+}
+
+func urlsOf(cfg config.Engine) []string {
+	if len(cfg.URLs) == 0 {
+		return []string{"http://127.0.0.1:9200"}
+	}
+	out := make([]string, len(cfg.URLs))
+	for i, u := range cfg.URLs {
+		out[i] = strings.TrimRight(u, "/")
+	}
+	return out
+}
+
+func transportOf(hc *http.Client) http.RoundTripper {
+	if hc != nil && hc.Transport != nil {
+		return hc.Transport
+	}
+	return http.DefaultTransport.(*http.Transport).Clone()
+}
+
+// api names the engine endpoints searchsync calls.
+type api int
+
+const (
+	apiPing api = iota
+	apiBulk
+	apiMGet
+	apiCreateIndex
+	apiDeleteIndex
+	apiGetIndex
+	apiGetAlias
+	apiUpdateAliases
+	apiRefresh
+	apiSearch
+	apiCount
+)
+
+// request is one call: the endpoint, the index (or alias) in its path and
+// the JSON/NDJSON body.
+type request struct {
+	api   api
+	index string
+	body  []byte
+}
+
+// sender carries one request with a concrete client. err is set only when
+// there is no answer (transport failure, cancelled context, a server that
+// is not the product the client expects); any HTTP answer, 4xx and 5xx
+// included, comes back as status and body.
+type sender interface {
+	send(ctx context.Context, r request) (status int, body []byte, err error)
+}
+
+// errWrongProduct marks an answer from a server of the other kind (the
+// Elasticsearch client's product check); it is a configuration error, not a
+// transport failure.
+var errWrongProduct = errors.New("the server is not the engine kind configured (check engine.kind)")
+
+// engine implements Engine on top of a sender; the wire format is shared
+// (wire.go), the adapters only differ in their sender.
+type engine struct {
+	kind string
+	s    sender
+}
+
+// do performs r and turns failures into *TransportError (no answer) or
+// *EngineError (an answer with status >= 400, unless accepted by okStatus).
+func (e *engine) do(ctx context.Context, op string, r request, okStatus ...int) (int, []byte, error) {
+	status, body, err := e.s.send(ctx, r)
+	if err != nil {
+		if errors.Is(err, errWrongProduct) {
+			return 0, nil, fmt.Errorf("%s %s: %w", e.kind, op, err)
+		}
+		return 0, nil, &TransportError{Op: e.kind + " " + op, Err: err}
+	}
+	if status >= 400 {
+		for _, ok := range okStatus {
+			if status == ok {
+				return status, body, nil
+			}
+		}
+		return status, body, engineError(e.kind+" "+op, status, body)
+	}
+	return status, body, nil
+}
+
+func (e *engine) Kind() string { return e.kind }
+
+func (e *engine) Ping(ctx context.Context) error {
+	_, _, err := e.do(ctx, "ping", request{api: apiPing})
+	return err
+}
+
+func (e *engine) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := encodeBulk(&buf, ops); err != nil {
+		return nil, fmt.Errorf("%s bulk: %w", e.kind, err)
+	}
+	_, body, err := e.do(ctx, fmt.Sprintf("bulk of %d ops", len(ops)), request{api: apiBulk, body: buf.Bytes()})
+	if err != nil {
+		return nil, err
+	}
+	res, err := decodeBulk(len(ops), body)
+	if err != nil {
+		return nil, fmt.Errorf("%s bulk: %w", e.kind, err)
+	}
+	return res, nil
+}
+
+func (e *engine) MGet(ctx context.Context, index string, ids []string) (map[string]Doc, error) {
+	if len(ids) == 0 {
+		return map[string]Doc{}, nil
+	}
+	_, body, err := e.do(ctx, "mget "+index, request{api: apiMGet, index: index, body: encodeIDs(ids)})
+	if err != nil {
+		return nil, err
+	}
+	return decodeMGet(index, body)
+}
+
+func (e *engine) CreateIndex(ctx context.Context, name string, body json.RawMessage) error {
+	_, _, err := e.do(ctx, "create index "+name, request{api: apiCreateIndex, index: name, body: body})
+	return err
+}
+
+func (e *engine) DeleteIndex(ctx context.Context, name string) error {
+	_, _, err := e.do(ctx, "delete index "+name, request{api: apiDeleteIndex, index: name}, http.StatusNotFound)
+	return err
+}
+
+func (e *engine) GetIndex(ctx context.Context, name string) (*IndexInfo, error) {
+	status, body, err := e.do(ctx, "get index "+name, request{api: apiGetIndex, index: name}, http.StatusNotFound)
+	if err != nil || status == http.StatusNotFound {
+		return nil, err
+	}
+	return decodeGetIndex(name, body)
+}
+
+func (e *engine) AliasTargets(ctx context.Context, alias string) ([]string, error) {
+	status, body, err := e.do(ctx, "get alias "+alias, request{api: apiGetAlias, index: alias}, http.StatusNotFound)
+	if err != nil || status == http.StatusNotFound {
+		return nil, err
+	}
+	return decodeAliasTargets(alias, body)
+}
+
+func (e *engine) UpdateAliases(ctx context.Context, actions []AliasAction) error {
+	body, err := encodeAliases(actions)
+	if err != nil {
+		return fmt.Errorf("%s update aliases: %w", e.kind, err)
+	}
+	_, _, err = e.do(ctx, "update aliases", request{api: apiUpdateAliases, body: body})
+	return err
+}
+
+func (e *engine) Refresh(ctx context.Context, index string) error {
+	_, _, err := e.do(ctx, "refresh "+index, request{api: apiRefresh, index: index})
+	return err
+}
+
+func (e *engine) Search(ctx context.Context, index string, body json.RawMessage) (*SearchResult, error) {
+	_, b, err := e.do(ctx, "search "+index, request{api: apiSearch, index: index, body: body})
+	if err != nil {
+		return nil, err
+	}
+	return decodeSearch(index, b)
+}
+
+func (e *engine) Count(ctx context.Context, index string, body json.RawMessage) (int64, error) {
+	_, b, err := e.do(ctx, "count "+index, request{api: apiCount, index: index, body: body})
+	if err != nil {
+		return 0, err
+	}
+	return decodeCount(index, b)
+}
