@@ -35,6 +35,7 @@ type CLI struct {
 	Demo    DemoCmd          `cmd:"" help:"Migrate, generate customer mutations and run the relay with its dashboard (the README's run command)."`
 	Search  SearchCmd        `cmd:"" help:"Search an index or alias (to watch documents arrive)."`
 	Status  StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
+	Compact CompactCmd       `cmd:"" help:"Delete dispatched outbox events older than the retention (the outbox_compact job), now."`
 	Version kong.VersionFlag `help:"Print the version."`
 }
 

@@ -1,0 +1,320 @@
+// Package compaction owns the outbox_compact job: it hard-deletes dispatched
+// outbox events whose dispatched_at is older than the retention (10 days by
+// default), in bounded batches, one instance at a time, and records every run
+// as one aa_job row. failed and skipped events are never touched; they stay
+// until an operator retries or acknowledges them (`searchsync outbox`).
+//
+// # Batches
+//
+// A run computes its cutoff once (the database's now() minus the retention)
+// and then deletes in a loop of short transactions, each
+//
+//	DELETE … WHERE id IN (SELECT id … WHERE id > <last> AND status = 'dispatched'
+//	                      AND dispatched_at < <cutoff> ORDER BY id LIMIT <batch_size>
+//	                      FOR UPDATE SKIP LOCKED)
+//
+// plus a heartbeat of the job row. The keyset on id makes a whole run read the
+// table once along its primary key, and no lock is held longer than one batch.
+//
+// # One at a time
+//
+// aa_job has a unique index on running (job_kind, job_key): a run starts by
+// inserting its running row, and a second run that finds the slot taken
+// reports ErrAlreadyRunning. A running row whose heartbeat is older than
+// Config.StaleAfter belongs to a crashed run: it is marked failed (with the
+// reason) and the new run takes over. A run whose row was taken over that way
+// notices it at its next batch (the heartbeat finds no running row), rolls the
+// batch back and stops.
+package compaction
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// JobKind is aa_job.job_kind of a compaction run.
+const JobKind = "outbox_compact"
+
+// DB is what the compactor needs of a connection pool (*pgxpool.Pool).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Compactor. The zero value of every field means its
+// default.
+type Config struct {
+	// Schema holds the outbox and aa_job. Default "mdm".
+	Schema string
+	// Retention keeps dispatched events this long after dispatched_at.
+	// Default 240h (10 days).
+	Retention time.Duration
+	// BatchSize is the most rows one DELETE removes. Default 1000.
+	BatchSize int
+	// Interval between scheduled runs (Scheduler). Default 1h; negative
+	// disables the schedule.
+	Interval time.Duration
+	// StaleAfter is how old the heartbeat of a running compaction may be
+	// before another run declares it crashed and takes over. Default 5m.
+	StaleAfter time.Duration
+	// Owner names this process in aa_job.owner. Default "<hostname>-<pid>".
+	Owner string
+	// Logger receives the job's logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Compactor runs the outbox_compact job.
+type Compactor struct {
+	db     DB
+	cfg    Config
+	q      queries
+	logger *slog.Logger
+
+	// beforeBatch, when set (tests), is called before each batch.
+	beforeBatch func(batch int)
+}
+
+// New returns a compactor on db. It fails when a value of cfg is out of range.
+func New(db DB, cfg Config) (*Compactor, error) {
+	cfg.Schema = cmp.Or(cfg.Schema, "mdm")
+	cfg.Retention = cmp.Or(cfg.Retention, 240*time.Hour)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
+	cfg.Interval = cmp.Or(cfg.Interval, time.Hour)
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, 5*time.Minute)
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		cfg.Owner = fmt.Sprintf("%s-%d", cmp.Or(host, "searchsync"), os.Getpid())
+	}
+	switch {
+	case cfg.Retention < 0:
+		return nil, fmt.Errorf("compaction: retention %s must be positive", cfg.Retention)
+	case cfg.BatchSize < 1:
+		return nil, fmt.Errorf("compaction: batch_size %d must be positive", cfg.BatchSize)
+	case cfg.StaleAfter < 0:
+		return nil, fmt.Errorf("compaction: stale_after %s must be positive", cfg.StaleAfter)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Compactor{db: db, cfg: cfg, q: newQueries(cfg.Schema), logger: logger.With("job", JobKind)}, nil
+}
+
+// Result is what one run did (or, for a dry run, would do); a run records it
+// as aa_job.result.
+type Result struct {
+	JobID     int64     `json:"job_id,omitempty"`
+	DryRun    bool      `json:"dry_run,omitempty"`
+	Deleted   int64     `json:"deleted"`
+	Batches   int       `json:"batches"`
+	Cutoff    time.Time `json:"cutoff"`
+	Retention string    `json:"retention"`
+	BatchSize int       `json:"batch_size"`
+	// MinID and MaxID bound what a dry run would delete.
+	MinID int64 `json:"min_id,omitempty"`
+	MaxID int64 `json:"max_id,omitempty"`
+	// TookOver is the id of a crashed run this run declared failed.
+	TookOver   []int64       `json:"took_over,omitempty"`
+	Duration   time.Duration `json:"-"`
+	DurationMS int64         `json:"duration_ms"`
+	// DurationText is Duration as text ("1.234s").
+	DurationText string `json:"duration"`
+}
+
+func (r *Result) setDuration(d time.Duration) {
+	r.Duration, r.DurationMS, r.DurationText = d, d.Milliseconds(), d.Round(time.Millisecond).String()
+}
+
+// ErrAlreadyRunning reports that another run holds the job slot.
+var ErrAlreadyRunning = errors.New("outbox_compact is already running")
+
+// AlreadyRunningError names the run that holds the slot. It matches
+// ErrAlreadyRunning with errors.Is.
+type AlreadyRunningError struct {
+	JobID       int64
+	Owner       string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+}
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("%s (job %d, owner %s, started %s, last heartbeat %s)", ErrAlreadyRunning, e.JobID, e.Owner,
+		e.StartedAt.Format(time.RFC3339), e.HeartbeatAt.Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrAlreadyRunning) true.
+func (e *AlreadyRunningError) Is(target error) bool { return target == ErrAlreadyRunning }
+
+// ErrTakenOver reports a run whose job row another run declared stale.
+var ErrTakenOver = errors.New("outbox_compact: this run's job was declared stale and taken over")
+
+// DryRun reports what a run would delete now, changing nothing (no job row).
+func (c *Compactor) DryRun(ctx context.Context) (*Result, error) {
+	start := time.Now()
+	res := &Result{DryRun: true, Retention: c.cfg.Retention.String(), BatchSize: c.cfg.BatchSize}
+	if err := c.db.QueryRow(ctx, c.q.cutoff, c.cfg.Retention.Seconds()).Scan(&res.Cutoff); err != nil {
+		return nil, fmt.Errorf("compaction: cutoff: %w", err)
+	}
+	if err := c.db.QueryRow(ctx, c.q.count, res.Cutoff).Scan(&res.Deleted, &res.MinID, &res.MaxID); err != nil {
+		return nil, fmt.Errorf("compaction: count old dispatched events in %s.aa_outbox_event: %w", c.cfg.Schema, err)
+	}
+	res.Batches = int((res.Deleted + int64(c.cfg.BatchSize) - 1) / int64(c.cfg.BatchSize))
+	res.setDuration(time.Since(start))
+	return res, nil
+}
+
+// Run performs one compaction: it takes the job slot (or returns an
+// *AlreadyRunningError), deletes the old dispatched events batch by batch and
+// records the result in its aa_job row (state succeeded; failed with the error,
+// or aborted when ctx ends, each with what it deleted so far).
+func (c *Compactor) Run(ctx context.Context) (*Result, error) {
+	start := time.Now()
+	res := &Result{Retention: c.cfg.Retention.String(), BatchSize: c.cfg.BatchSize}
+	jobID, tookOver, err := c.startJob(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.JobID, res.TookOver = jobID, tookOver
+	for _, id := range tookOver {
+		c.logger.Warn("compaction: took over a crashed run", "stale_job_id", id, "job_id", jobID)
+	}
+	log := c.logger.With("job_id", jobID)
+
+	runErr := c.deleteAll(ctx, jobID, res)
+	res.setDuration(time.Since(start))
+
+	state, errText := "succeeded", ""
+	switch {
+	case runErr == nil:
+	case ctx.Err() != nil:
+		state, errText = "aborted", "stopped: "+context.Cause(ctx).Error()
+	default:
+		state, errText = "failed", runErr.Error()
+	}
+	if !errors.Is(runErr, ErrTakenOver) {
+		if err := c.finish(ctx, jobID, state, res, errText); err != nil {
+			return res, errors.Join(runErr, err)
+		}
+	}
+	if runErr != nil {
+		log.Warn("compaction: run ended early", "state", state, "deleted", res.Deleted, "batches", res.Batches, "error", runErr)
+		return res, runErr
+	}
+	log.Info("compaction: done", "deleted", res.Deleted, "batches", res.Batches, "cutoff", res.Cutoff, "duration", res.Duration)
+	return res, nil
+}
+
+// startJob takes over a stale running row, if any, and inserts this run's row.
+func (c *Compactor) startJob(ctx context.Context) (int64, []int64, error) {
+	rows, err := c.db.Query(ctx, c.q.abandonStale, JobKind, c.cfg.StaleAfter.Seconds(), c.cfg.Owner)
+	if err != nil {
+		return 0, nil, fmt.Errorf("compaction: check for a stale run in %s.aa_job: %w", c.cfg.Schema, err)
+	}
+	tookOver, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, nil, fmt.Errorf("compaction: check for a stale run in %s.aa_job: %w", c.cfg.Schema, err)
+	}
+	params, _ := json.Marshal(map[string]any{
+		"retention": c.cfg.Retention.String(), "batch_size": c.cfg.BatchSize,
+	})
+	var id int64
+	err = c.db.QueryRow(ctx, c.q.startJob, JobKind, c.cfg.Owner, params).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		e := &AlreadyRunningError{}
+		if err := c.db.QueryRow(ctx, c.q.runningJob, JobKind).Scan(&e.JobID, &e.Owner, &e.StartedAt, &e.HeartbeatAt); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) { // it finished in between
+				return 0, nil, ErrAlreadyRunning
+			}
+			return 0, nil, fmt.Errorf("compaction: read the running job: %w", err)
+		}
+		return 0, nil, e
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("compaction: record the run in %s.aa_job: %w", c.cfg.Schema, err)
+	}
+	return id, tookOver, nil
+}
+
+// deleteAll runs the batches until one deletes fewer rows than the batch size.
+func (c *Compactor) deleteAll(ctx context.Context, jobID int64, res *Result) error {
+	if err := c.db.QueryRow(ctx, c.q.cutoff, c.cfg.Retention.Seconds()).Scan(&res.Cutoff); err != nil {
+		return fmt.Errorf("compaction: cutoff: %w", err)
+	}
+	var last int64
+	for batch := 1; ; batch++ {
+		if c.beforeBatch != nil {
+			c.beforeBatch(batch)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, maxID, err := c.deleteBatch(ctx, jobID, last, res)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if n > 0 {
+			res.Deleted += n
+			res.Batches++
+			last = maxID
+		}
+		if n < int64(c.cfg.BatchSize) {
+			return nil
+		}
+	}
+}
+
+// deleteBatch deletes one batch and heartbeats the job in one transaction.
+func (c *Compactor) deleteBatch(ctx context.Context, jobID, after int64, res *Result) (n, maxID int64, err error) {
+	tx, err := c.db.Begin(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("compaction: begin batch: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := tx.QueryRow(ctx, c.q.deleteBatch, after, res.Cutoff, c.cfg.BatchSize).Scan(&n, &maxID); err != nil {
+		return 0, 0, fmt.Errorf("compaction: delete batch after id %d from %s.aa_outbox_event: %w", after, c.cfg.Schema, err)
+	}
+	progress, _ := json.Marshal(map[string]any{"deleted": res.Deleted + n, "batches": res.Batches + 1, "last_id": max(after, maxID)})
+	tag, err := tx.Exec(ctx, c.q.heartbeat, jobID, progress)
+	if err != nil {
+		return 0, 0, fmt.Errorf("compaction: heartbeat job %d: %w", jobID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, 0, fmt.Errorf("%w (job %d)", ErrTakenOver, jobID)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, fmt.Errorf("compaction: commit batch: %w", err)
+	}
+	return n, maxID, nil
+}
+
+func (c *Compactor) finish(ctx context.Context, jobID int64, state string, res *Result, errText string) error {
+	result, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	var e *string
+	if errText != "" {
+		e = &errText
+	}
+	// The row is closed even when ctx was cancelled (a stopping relay).
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := c.db.Exec(fctx, c.q.finishJob, jobID, state, result, e); err != nil {
+		return fmt.Errorf("compaction: record the end of job %d: %w", jobID, err)
+	}
+	return nil
+}
