@@ -545,10 +545,13 @@ func (r *Reindexer) heartbeats(ctx context.Context, cancel context.CancelCauseFu
 
 func (r *Reindexer) saveProgress(ctx context.Context) error {
 	p := r.snapshot()
-	r.job.Progress = p
 	if r.cfg.OnProgress != nil {
 		r.cfg.OnProgress(p)
 	}
+	if r.job == nil {
+		return nil
+	}
+	r.job.Progress = p
 	return r.job.heartbeat(ctx, r.cfg.Pool)
 }
 

@@ -298,11 +298,8 @@ func mappingChanges(live json.RawMessage, def *mapping.Def) []string {
 			out = append(out, k)
 		}
 	}
-	for k := range a {
-		if _, ok := b[k]; !ok {
-			out = append(out, k)
-		}
-	}
+	// Fields the live index has and the definition does not were added by
+	// dynamic mapping: not a change of the definition.
 	slices.Sort(out)
 	return out
 }

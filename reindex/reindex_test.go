@@ -1,0 +1,159 @@
+package reindex
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/mapping"
+)
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// A mapping change after compaction removed most of the history: the new
+// index is seeded from the live one, the retained events are replayed, the
+// check passes, the alias moves, and every document equals the truth.
+func TestReindexAfterCompaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.write(3000)
+	b.dispatchAll()
+	old := b.buildLive(b.def(nil))
+	b.checkTruth(b.alias)
+	removed := b.compact(0.6)
+	t.Logf("compaction removed %d events", removed)
+	b.write(600) // history after the compaction
+	b.dispatchAll()
+	// The "consumer" applies the new events to the live index too.
+	live, _ := New(b.config(b.def(nil)))
+	live.target = old
+	live.update(func(p *Progress) { p.LastID = 0 })
+	if err := live.replay(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	def := b.def(emailAsText)
+	st, err := mapping.Check(b.ctx, b.eng, def)
+	if err != nil || !st.Drift || !strings.Contains(st.Message(), "searchsync reindex "+b.alias) {
+		t.Fatalf("drift not reported with the command: %+v %v", st, err)
+	}
+	r, err := New(b.config(def))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := r.DryRun(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Target != mapping.PhysicalName(b.alias, 2) || plan.DocsToSeed == 0 || plan.EventsToReplay == 0 || len(plan.MappingChanges) != 1 || plan.MappingChanges[0] != "email" {
+		t.Fatalf("dry run: %+v", plan)
+	}
+	t.Logf("dry run: %+v", plan)
+	res, err := r.Run(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OldIndex != old || res.NewIndex != plan.Target || !res.Verify.OK || res.Verify.Compared == 0 {
+		t.Fatalf("result: %+v\n%s", res, res.Verify)
+	}
+	targets, _ := b.eng.AliasTargets(b.ctx, b.alias)
+	if len(targets) != 1 || targets[0] != res.NewIndex {
+		t.Fatalf("alias points to %v", targets)
+	}
+	b.checkTruth(b.alias)
+	if st, _ := mapping.Check(b.ctx, b.eng, def); st.Drift {
+		t.Fatalf("still drift after reindex: %s", st.Message())
+	}
+	// The old index is kept until its time passes, then cleanup deletes it.
+	if info, _ := b.eng.GetIndex(b.ctx, old); info == nil {
+		t.Fatal("old index deleted before its time")
+	}
+	if done, err := Cleanup(b.ctx, b.db.Pool, b.eng, time.Now(), r.log); err != nil || len(done) != 0 {
+		t.Fatalf("cleanup before expiry: %v %v", done, err)
+	}
+	done, err := Cleanup(b.ctx, b.db.Pool, b.eng, time.Now().Add(25*time.Hour), r.log)
+	if err != nil || len(done) != 1 || done[0].Index != old {
+		t.Fatalf("cleanup after expiry: %v %v", done, err)
+	}
+	if info, _ := b.eng.GetIndex(b.ctx, old); info != nil {
+		t.Fatal("old index still there after cleanup")
+	}
+	// Nothing to do now.
+	r2, _ := New(b.config(def))
+	if _, err := r2.Run(b.ctx); !errors.Is(err, ErrUpToDate) {
+		t.Fatalf("second run: %v", err)
+	}
+}
+
+// Two reindexes of one alias cannot run at once; a job whose owner's
+// heartbeat is stale is taken over with its params and progress.
+func TestJobExclusiveAndResume(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	p := Params{Alias: "customers", Source: "customers_v1", Target: "customers_v2", Hash: "h"}
+	j1, err := Acquire(ctx, db.Pool, "customers", "a", p, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Acquire(ctx, db.Pool, "customers", "b", Params{}, time.Hour)
+	var re *RunningError
+	if !errors.As(err, &re) || re.Owner != "a" || !strings.Contains(err.Error(), "reindex abort customers") {
+		t.Fatalf("second acquire: %v", err)
+	}
+	// Another alias is independent.
+	if _, err := Acquire(ctx, db.Pool, "orders", "b", Params{}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	j1.Progress.LastID = 42
+	if err := j1.heartbeat(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_job SET heartbeat_at = now() - interval '1 minute' WHERE id = $1`, j1.ID); err != nil {
+		t.Fatal(err)
+	}
+	j2, err := Acquire(ctx, db.Pool, "customers", "b", Params{}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !j2.Resumed || j2.ID != j1.ID || j2.Params.Target != "customers_v2" || j2.Progress.LastID != 42 {
+		t.Fatalf("resumed job: %+v", j2)
+	}
+	// The old owner is fenced off.
+	if err := j1.heartbeat(ctx, db.Pool); !errors.Is(err, ErrLost) {
+		t.Fatalf("old owner's heartbeat: %v", err)
+	}
+	// Dual-write targets appear once dual_write is set, and vanish when the
+	// job ends.
+	tg := NewTargets(db.Pool)
+	if got, err := tg.For(ctx, "customers"); err != nil || len(got) != 0 {
+		t.Fatalf("targets before dual writes: %v %v", got, err)
+	}
+	j2.Params.DualWrite = true
+	if err := j2.saveParams(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	tg.at = time.Time{} // expire the cache
+	if got, err := tg.For(ctx, "customers"); err != nil || len(got) != 1 || got[0] != "customers_v2" {
+		t.Fatalf("targets: %v %v", got, err)
+	}
+	if err := j2.finish(ctx, db.Pool, "succeeded", &Result{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tg.For(ctx, "customers"); len(got) != 1 {
+		t.Fatalf("cached answer changed within the TTL: %v", got)
+	}
+	tg.at = time.Time{}
+	if got, _ := tg.For(ctx, "customers"); len(got) != 0 {
+		t.Fatalf("targets after the end: %v", got)
+	}
+	if _, err := Acquire(ctx, db.Pool, "customers", "c", Params{}, time.Hour); err != nil {
+		t.Fatalf("a new job after the end: %v", err)
+	}
+}
