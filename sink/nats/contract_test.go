@@ -3,7 +3,6 @@ package nats_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -139,5 +138,3 @@ func deleteStream(t *testing.T, url, name string) {
 		t.Logf("delete stream %s: %v", name, err)
 	}
 }
-
-var _ = fmt.Sprintf

@@ -47,6 +47,11 @@ func retentionPolicy(s string) (jetstream.RetentionPolicy, error) {
 func (c *Consumer) prepareStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*c.cfg.Timeout)
 	defer cancel()
+	if _, err := c.js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		return c.configErr("nats.url", "JetStream is not enabled on %s (start nats-server with -js): %v", c.cfg.URL, err)
+	} else if err != nil {
+		return fmt.Errorf("nats: JetStream account info from %s: %w", c.cfg.URL, err)
+	}
 	s, err := c.js.Stream(ctx, c.cfg.Stream)
 	var apiErr *jetstream.APIError
 	switch {

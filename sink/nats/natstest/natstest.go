@@ -63,9 +63,10 @@ type Server struct {
 	Port int
 	Dir  string // JetStream store and log
 
-	t   testing.TB
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	t    testing.TB
+	noJS bool
+	mu   sync.Mutex
+	cmd  *exec.Cmd
 }
 
 // Binary finds nats-server.
@@ -87,13 +88,25 @@ func Binary(t testing.TB) string {
 // at cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartWithoutJetStream runs a nats-server without JetStream, to prove that
+// a consumer refuses it.
+func StartWithoutJetStream(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, noJS bool) *Server {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("natstest: free port: %v", err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{Port: port, URL: "nats://127.0.0.1:" + strconv.Itoa(port), Dir: t.TempDir(), t: t}
+	s := &Server{Port: port, URL: "nats://127.0.0.1:" + strconv.Itoa(port), Dir: t.TempDir(), t: t, noJS: noJS}
 	t.Cleanup(s.Stop)
 	s.Restart()
 	return s
@@ -113,7 +126,11 @@ func (s *Server) Restart() {
 		s.t.Fatalf("natstest: %v", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(Binary(s.t), "-a", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-js", "-sd", filepath.Join(s.Dir, "store"))
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.Port)}
+	if !s.noJS {
+		args = append(args, "-js", "-sd", filepath.Join(s.Dir, "store"))
+	}
+	cmd := exec.Command(Binary(s.t), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -121,7 +138,17 @@ func (s *Server) Restart() {
 	}
 	s.cmd = cmd
 	deadline := time.Now().Add(30 * time.Second)
-	for ping(s.URL) != nil {
+	ready := func() bool {
+		if s.noJS {
+			nc, err := natsgo.Connect(s.URL)
+			if err == nil {
+				nc.Close()
+			}
+			return err == nil
+		}
+		return ping(s.URL) == nil
+	}
+	for !ready() {
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "nats.log"))
 			s.t.Fatalf("natstest: nats-server on port %d not ready within 30s; log:\n%s", s.Port, log)
