@@ -26,8 +26,8 @@ type receiver struct {
 	URL string
 
 	mu       sync.Mutex
-	first    map[string][]int64  // aggregate key (or "" ) -> event ids in order of first arrival
-	count    map[int64]int       // deliveries per event id
+	first    map[string][]int64 // aggregate key (or "" ) -> event ids in order of first arrival
+	count    map[int64]int      // deliveries per event id
 	arrivals map[int64][]time.Time
 	status   func(m sink.Message) int // answer per message; nil: 200
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -264,21 +266,80 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	var out []claimed
-	var scanned int
+	var cand []claimed
 	for rows.Next() {
 		var ce claimed
 		e := &ce.ev
-		if err := rows.Scan(&scanned, &ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
+		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
 			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
 			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
 		e.Status = outbox.StatusPending
-		out = append(out, ce)
+		cand = append(cand, ce)
 	}
-	return out, scanned, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	scanned := len(cand)
+
+	// Keep, per aggregate, the unbroken run from its head.
+	type aggKey struct {
+		t string
+		a uuid.UUID
+	}
+	inCand := map[int64]bool{}
+	count := map[aggKey]int32{}
+	var keys []aggKey
+	for i := range cand {
+		e := &cand[i].ev
+		if e.AggregateID == nil {
+			continue
+		}
+		inCand[e.ID] = true
+		k := aggKey{e.AggregateType, *e.AggregateID}
+		if count[k] == 0 {
+			keys = append(keys, k)
+		}
+		count[k]++
+	}
+	ok := map[int64]bool{}
+	if len(keys) > 0 {
+		ts := make([]string, len(keys))
+		as := make([]uuid.UUID, len(keys))
+		ns := make([]int32, len(keys))
+		for i, k := range keys {
+			ts[i], as[i], ns[i] = k.t, k.a, count[k]
+		}
+		hrows, err := r.pool.Query(ctx, r.q.heads, ts, as, ns)
+		if err != nil {
+			return nil, 0, err
+		}
+		var t string
+		var a uuid.UUID
+		var ids []int64
+		_, err = pgx.ForEachRow(hrows, []any{&t, &a, &ids}, func() error {
+			for _, id := range ids {
+				if !inCand[id] {
+					break
+				}
+				ok[id] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	out := cand[:0]
+	for _, ce := range cand {
+		if ce.ev.AggregateID == nil || ok[ce.ev.ID] {
+			out = append(out, ce)
+		}
+	}
+	slices.SortFunc(out, func(x, y claimed) int { return cmp.Compare(x.ev.ID, y.ev.ID) })
+	return out, scanned, nil
 }
 
 // ackRow is what the ack statement writes for one event.

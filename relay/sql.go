@@ -12,19 +12,18 @@ import (
 const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % $1::bigint
 	ELSE abs(hashtextextended(e.aggregate_type || '/' || e.aggregate_id::text, 0) % $1::bigint) END)::int`
 
-// claimSQL reads the next deliverable events of the owned partitions ($2;
-// the filter is left out when the relay owns every partition), at most $3.
+// claimSQL reads candidates: pending events with available_at <= now() in
+// the owned partitions ($2; the filter is left out when the relay owns every
+// partition), oldest available_at first, at most $3, without the events that
+// sit behind a blocker of their aggregate: an earlier failed event, or an
+// earlier pending one whose available_at lies in the future. The blockers are
+// read through the small failed index and the tail of the pending index, so
+// they cost what is blocked; filtering them before the LIMIT keeps a blocked
+// aggregate with a long tail from starving the others.
 //
-//   - blocker: per aggregate, the first event that holds back the ones after it:
-//     failed, or pending with available_at in the future. Read through the
-//     small failed index and the pending index, so it costs what is blocked.
-//   - cand: pending, available events, oldest available_at first, without those
-//     behind a blocker (filtered before the LIMIT, so a blocked aggregate with a
-//     long tail never starves the others).
-//   - heads: per aggregate in cand, its first n undelivered ids (n = how many
-//     cand holds); an event is deliverable when it is the rn-th undelivered
-//     event of its aggregate and the rn-th of cand, i.e. the whole run from the
-//     head up to it is in the batch.
+// Candidates are not yet deliverable: an earlier event of the same aggregate
+// can lie beyond the LIMIT (available_at is not in id order: a retried head
+// has a later available_at than the events behind it). headsSQL settles that.
 const claimSQL = `
 WITH blocker AS (
 	SELECT aggregate_type, aggregate_id, min(id) AS first_id
@@ -32,42 +31,37 @@ WITH blocker AS (
 	      WHERE status = 'failed' AND aggregate_id IS NOT NULL
 	      UNION ALL
 	      SELECT aggregate_type, aggregate_id, id FROM {s}.aa_outbox_event
-	      WHERE status = 'pending' AND available_at > now() AND aggregate_id IS NOT NULL) b
+	      WHERE status = 'pending' AND available_at > now() AND aggregate_id IS NOT NULL
+	        -- Not implied by the index predicate, so the planner seeks
+	        -- ix_outbox_event_pending to (pending, now()) instead of reading it
+	        -- whole (PostgreSQL drops status = 'pending' as redundant).
+	        AND status >= (SELECT 'pending'::{s}.outbox_status)) b
 	GROUP BY aggregate_type, aggregate_id
-),
-cand AS MATERIALIZED (
-	SELECT e.id, e.aggregate_type, e.aggregate_id, ` + partitionExpr + ` AS part
-	FROM {s}.aa_outbox_event e
-	WHERE e.status = 'pending' AND e.available_at <= now()
-	  {partition_filter}
-	  AND NOT EXISTS (SELECT 1 FROM blocker b
-	                  WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
-	                    AND b.first_id < e.id)
-	ORDER BY e.available_at, e.id
-	LIMIT $3
-),
-ranked AS (
-	SELECT c.*, row_number() OVER (PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.id) AS rn
-	FROM cand c
-),
-heads AS (
-	SELECT a.aggregate_type, a.aggregate_id,
-	       ARRAY(SELECT p.id FROM {s}.aa_outbox_event p
-	             WHERE p.aggregate_type = a.aggregate_type AND p.aggregate_id = a.aggregate_id
-	               AND p.status IN ('pending', 'failed')
-	             ORDER BY p.id LIMIT a.n) AS ids
-	FROM (SELECT aggregate_type, aggregate_id, count(*) AS n
-	      FROM cand WHERE aggregate_id IS NOT NULL GROUP BY 1, 2) a
 )
-SELECT (SELECT count(*) FROM cand) AS scanned, r.part,
+SELECT ` + partitionExpr + ` AS part,
        e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
        e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
        e.available_at, e.created_at, e.created_by
-FROM ranked r
-JOIN {s}.aa_outbox_event e ON e.id = r.id
-LEFT JOIN heads h ON h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id
-WHERE r.aggregate_id IS NULL OR h.ids[r.rn] = r.id
-ORDER BY e.id`
+FROM {s}.aa_outbox_event e
+WHERE e.status = 'pending' AND e.available_at <= now()
+  {partition_filter}
+  AND NOT EXISTS (SELECT 1 FROM blocker b
+                  WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
+                    AND b.first_id < e.id)
+ORDER BY e.available_at, e.id
+LIMIT $3`
+
+// headsSQL returns, per aggregate of a claim, its first n undelivered event
+// ids in id order (n = how many candidates it has), through the partial index
+// ix_outbox_event_undelivered whatever the length of its delivered history.
+// A candidate is deliverable when every undelivered event before it is a
+// candidate too: the batch holds an unbroken run from the aggregate's head.
+const headsSQL = `
+SELECT u.t, u.a, ARRAY(SELECT p.id FROM {s}.aa_outbox_event p
+                       WHERE p.aggregate_type = u.t AND p.aggregate_id = u.a
+                         AND p.status IN ('pending', 'failed')
+                       ORDER BY p.id LIMIT u.n)
+FROM unnest($1::text[], $2::uuid[], $3::int[]) AS u(t, a, n)`
 
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
@@ -133,7 +127,7 @@ WHERE owner = $1 AND partition = ANY($2::int[])`
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	claimAll, claimOwned, ack                             string
+	claimAll, claimOwned, heads, ack                      string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 }
@@ -143,6 +137,7 @@ func newQueries(schema string) queries {
 	return queries{
 		claimAll:            r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND $2::int[] IS NOT NULL", 1)),
 		claimOwned:          r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND "+partitionExpr+" = ANY($2::int[])", 1)),
+		heads:               r.Replace(headsSQL),
 		ack:                 r.Replace(ackSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),
