@@ -111,29 +111,32 @@ func short(h string) string {
 }
 
 // Ensure makes sure def's alias exists: when it is missing it creates the
-// next free generation <alias>_v<N> with the definition and the alias (with
-// the soft-delete filter) in one request. When it exists it checks for
-// drift and changes nothing. Safe to run from several processes at once.
+// first generation <alias>_v1 with the definition and the alias (with the
+// soft-delete filter) in one request, so the index never exists without its
+// alias. When the alias exists it checks for drift and changes nothing. Safe
+// to run from several processes at once: the loser of the creation race
+// finds the winner's alias.
 func Ensure(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) {
 	for attempt := 0; ; attempt++ {
 		st, err := Check(ctx, eng, def)
 		if err != nil || st.Index != "" {
 			return st, err
 		}
-		name, err := nextFree(ctx, eng, def.Alias)
-		if err != nil {
-			return nil, err
-		}
+		name := PhysicalName(def.Alias, 1)
 		err = CreatePhysical(ctx, eng, def, name, true)
 		if err == nil {
 			st.Index, st.Created, st.LiveHash = name, true, st.Hash
 			return st, nil
 		}
-		// Another process may have created it at the same moment: look again.
-		if ee, ok := indexer.AsEngineError(err); ok && ee.Status == 400 && strings.Contains(ee.Type, "already_exists") && attempt < 3 {
-			continue
+		ee, ok := indexer.AsEngineError(err)
+		if !ok || ee.Status != 400 || !strings.Contains(ee.Type, "already_exists") {
+			return nil, err
 		}
-		return nil, err
+		if attempt >= 5 {
+			return nil, fmt.Errorf("mapping: index %s exists but alias %s does not point to it: add the alias (POST _aliases) or delete the index", name, def.Alias)
+		}
+		// Created by another process at the same moment (with its alias):
+		// look again.
 	}
 }
 

@@ -1,0 +1,675 @@
+// Package search is the search consumer: it turns outbox events into
+// versioned documents of Elasticsearch or OpenSearch indexes (upcast →
+// project → merge partial state → coalesce per document → _bulk with
+// version_type=external) and reports one sink.Outcome per event.
+package search
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// DualWrites names the extra physical indexes a live op of an alias must
+// also be written to while a reindex of that alias runs (reindex.Targets).
+type DualWrites interface {
+	For(ctx context.Context, alias string) ([]string, error)
+}
+
+// Config configures the search consumer.
+type Config struct {
+	// Name of the consumer in routes, last_error and metrics. Default "search".
+	Name string
+	// Engine is the search engine. Required.
+	Engine indexer.Engine
+	// Writer sends the bulk requests. Default: indexer.NewWriter(Engine, indexer.WriterConfig{Logger: Logger}).
+	Writer *indexer.Writer
+	// Projections turn events into documents. Required.
+	Projections *projections.Set
+	// Defs are the index definitions by alias. Required: every index a
+	// projection of Indexes writes must have one.
+	Defs mapping.Defs
+	// Indexes are the aliases this consumer writes. Default: every index the
+	// projections name.
+	Indexes []string
+	// DualWrites, when set, adds reindex targets to every op (see reindex.Targets).
+	DualWrites DualWrites
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// ConsumerStats are counters since the consumer was made.
+type ConsumerStats struct {
+	Events      int64 // events handed to Deliver
+	Unprojected int64 // events no projection of the consumer matched (OK, nothing written)
+	Writes      int64 // document writes sent (not counting dual writes)
+	Coalesced   int64 // events folded into another event's write
+	MGets       int64 // _mget requests
+}
+
+// Consumer is the search consumer: it implements sink.Consumer by upcasting
+// and projecting each event, fetching the current state of documents that
+// partial payloads update (one _mget per index per batch), coalescing the
+// events of one document into one write (the final state, with the last
+// event's version), and sending the writes with external versions through a
+// indexer.Writer.
+//
+// Outcomes: the events folded into a write share its outcome (OK, or Stale
+// when the engine already holds that version or a newer one). When the write
+// fails, the first event of the document gets the Retry or Poison with the
+// engine's reason and the later ones NotAttempted. A poison event (from the
+// projection) stops its aggregate: the events before it are still written
+// (the state up to the last good one, with its version), the later ones are
+// NotAttempted. A coalesced write that the engine rejects as poison is
+// redone event by event, so that the poison lands on the event that caused
+// it and the ones before it are delivered.
+//
+// An event that no projection of the consumer matches is OK (nothing to
+// write) and counted in Unprojected.
+type Consumer struct {
+	cfg     Config
+	writer  *indexer.Writer
+	indexes []string
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	ensured map[string]*mapping.Status // per-tenant aliases known to exist
+
+	stats struct{ events, unprojected, writes, coalesced, mgets atomic.Int64 }
+}
+
+// New checks cfg and returns the consumer.
+func New(cfg Config) (*Consumer, error) {
+	if cfg.Engine == nil || cfg.Projections == nil {
+		return nil, errors.New("search consumer: needs an engine and projections")
+	}
+	if err := cfg.Projections.Check(); err != nil {
+		return nil, fmt.Errorf("search consumer: %w", err)
+	}
+	c := &Consumer{cfg: cfg, writer: cfg.Writer, logger: cfg.Logger, ensured: map[string]*mapping.Status{}}
+	c.cfg.Name = cmp.Or(cfg.Name, "search")
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.writer == nil {
+		c.writer = indexer.NewWriter(cfg.Engine, indexer.WriterConfig{Logger: c.logger})
+	}
+	c.indexes = slices.Clone(cfg.Indexes)
+	if len(c.indexes) == 0 {
+		c.indexes = cfg.Projections.Indexes()
+	}
+	for _, ix := range c.indexes {
+		if cfg.Defs[ix] == nil {
+			return nil, fmt.Errorf("search consumer %s: index %q has no definition (known: %v)", c.cfg.Name, ix, cfg.Defs.Names())
+		}
+	}
+	return c, nil
+}
+
+// Name implements sink.Consumer.
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Writer returns the consumer's bulk writer.
+func (c *Consumer) Writer() *indexer.Writer { return c.writer }
+
+// Stats returns a snapshot of the counters.
+func (c *Consumer) Stats() ConsumerStats {
+	s := &c.stats
+	return ConsumerStats{Events: s.events.Load(), Unprojected: s.unprojected.Load(), Writes: s.writes.Load(),
+		Coalesced: s.coalesced.Load(), MGets: s.mgets.Load()}
+}
+
+// EnsureIndexes creates the missing indexes and aliases of the consumer's
+// shared-tenancy definitions and reports drift of existing ones (logged as
+// "reindex required"; nothing is changed). Per-tenant aliases are ensured on
+// the first event of each tenant.
+func (c *Consumer) EnsureIndexes(ctx context.Context) ([]*mapping.Status, error) {
+	var out []*mapping.Status
+	for _, ix := range c.indexes {
+		def := c.cfg.Defs[ix]
+		if def.Tenancy.Mode == mapping.TenancyPerTenant {
+			continue
+		}
+		st, err := mapping.Ensure(ctx, c.cfg.Engine, def)
+		if err != nil {
+			return out, err
+		}
+		c.logStatus(st)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func (c *Consumer) logStatus(st *mapping.Status) {
+	switch {
+	case st.Drift:
+		c.logger.Warn(st.Message(), "alias", st.Alias, "index", st.Index, "hash", st.Hash, "live_hash", st.LiveHash)
+	case st.Created:
+		c.logger.Info("index created", "alias", st.Alias, "index", st.Index, "hash", st.Hash)
+	}
+}
+
+// ensureTenant makes sure a per-tenant alias exists (once per process).
+func (c *Consumer) ensureTenant(ctx context.Context, def *mapping.Def) error {
+	c.mu.Lock()
+	_, ok := c.ensured[def.Alias]
+	c.mu.Unlock()
+	if ok {
+		return nil
+	}
+	st, err := mapping.Ensure(ctx, c.cfg.Engine, def)
+	if err != nil {
+		return err
+	}
+	c.logStatus(st)
+	c.mu.Lock()
+	c.ensured[def.Alias] = st
+	c.mu.Unlock()
+	return nil
+}
+
+// step is one event of a document's chain.
+type step struct {
+	ev  int // index in the batch
+	res *projections.Result
+	// stale: the version is not above one already applied (in the batch or
+	// held by the engine); the event changes nothing and counts as Stale.
+	stale bool
+}
+
+// target is one document written by a batch.
+type target struct {
+	def    *mapping.Def
+	alias  string
+	id     string
+	steps  []step
+	first  int // batch index of the first event
+	failed bool
+
+	current    map[string]any
+	curVersion int64
+	needState  bool
+}
+
+func (t *target) key() string { return t.alias + "\x00" + t.id }
+
+// Deliver implements sink.Consumer.
+func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+	out := make([]sink.Outcome, len(events))
+	c.stats.events.Add(int64(len(events)))
+	fail := func(i int, o sink.Outcome) { out[i] = o }
+
+	// 1. Upcast and project, per aggregate in order; a poison event stops
+	// its aggregate (later events stay NotAttempted).
+	stopped := map[string]bool{}
+	targets := map[string]*target{}
+	var order []*target
+	for i, e := range events {
+		key := e.AggregateKey()
+		if key != "" && stopped[key] {
+			continue
+		}
+		res, err := c.cfg.Projections.Project(e, c.indexes, c.versionPath)
+		if err == nil && res != nil {
+			err = c.resolve(res)
+		}
+		if err != nil {
+			fail(i, sink.Poisonf("%v", err))
+			if key != "" {
+				stopped[key] = true
+			}
+			continue
+		}
+		if res == nil {
+			c.stats.unprojected.Add(1)
+			out[i] = sink.Ok()
+			continue
+		}
+		def := c.cfg.Defs[res.Index]
+		alias := res.Index
+		if def.Tenancy.Mode == mapping.TenancyPerTenant {
+			alias, _ = def.TenantAlias(res.Tenant) // checked by resolve
+		}
+		k := alias + "\x00" + res.ID
+		t := targets[k]
+		if t == nil {
+			t = &target{def: def, alias: alias, id: res.ID, first: i}
+			targets[k] = t
+			order = append(order, t)
+		}
+		t.steps = append(t.steps, step{ev: i, res: res})
+	}
+
+	// 2. Per-tenant aliases, then the current state of documents whose
+	// first event is partial (or a soft delete): one _mget per alias.
+	c.prepare(ctx, order, out)
+
+	// 3. Coalesce and write.
+	c.write(ctx, order, out)
+
+	// 4. Order per aggregate: after the first event that was not delivered,
+	// nothing of the aggregate counts.
+	blocked := map[string]bool{}
+	for i, e := range events {
+		key := e.AggregateKey()
+		if key == "" {
+			continue
+		}
+		if blocked[key] {
+			out[i] = sink.Outcome{}
+			continue
+		}
+		if !out[i].Kind.Delivered() {
+			blocked[key] = true
+		}
+	}
+	return out
+}
+
+func (c *Consumer) versionPath(index string) string {
+	if d := c.cfg.Defs[index]; d != nil {
+		return d.VersionPath
+	}
+	return ""
+}
+
+// resolve checks a result against its index definition and fills in the
+// tenant field.
+func (c *Consumer) resolve(res *projections.Result) error {
+	def := c.cfg.Defs[res.Index]
+	if def == nil || !slices.Contains(c.indexes, res.Index) {
+		return &projections.PoisonError{Projection: res.Projection, Reason: fmt.Sprintf("index %q has no definition in consumer %s", res.Index, c.cfg.Name)}
+	}
+	switch def.Tenancy.Mode {
+	case mapping.TenancyPerTenant:
+		if res.Tenant == "" {
+			return &projections.PoisonError{Projection: res.Projection, Reason: fmt.Sprintf("index %s is per tenant but the event has no tenant key", def.Alias)}
+		}
+		if _, err := def.TenantAlias(res.Tenant); err != nil {
+			return &projections.PoisonError{Projection: res.Projection, Reason: err.Error()}
+		}
+	case mapping.TenancyShared:
+		if res.Op == projections.OpIndex && res.Tenant != "" {
+			if _, ok := projections.Lookup(res.Doc, def.Tenancy.Field); !ok {
+				projections.SetPath(res.Doc, def.Tenancy.Field, res.Tenant)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outcome) {
+	byAlias := map[string][]*target{}
+	var aliases []string
+	for _, t := range order {
+		first := t.steps[0].res
+		t.needState = (first.Op == projections.OpIndex && first.Partial) ||
+			(first.Op == projections.OpDelete && t.def.DeleteMode == mapping.DeleteSoft)
+		if t.def.Tenancy.Mode == mapping.TenancyPerTenant {
+			td, _ := t.def.ForTenant(first.Tenant)
+			if err := c.ensureTenant(ctx, td); err != nil {
+				c.failTarget(t, out, c.retryOrPoison(fmt.Errorf("ensure index for tenant alias %s: %w", t.alias, err)))
+				continue
+			}
+		}
+		if t.needState {
+			if byAlias[t.alias] == nil {
+				aliases = append(aliases, t.alias)
+			}
+			byAlias[t.alias] = append(byAlias[t.alias], t)
+		}
+	}
+	for _, alias := range aliases {
+		ts := byAlias[alias]
+		ids := make([]string, len(ts))
+		for i, t := range ts {
+			ids[i] = t.id
+		}
+		c.stats.mgets.Add(1)
+		docs, err := c.cfg.Engine.MGet(ctx, alias, ids)
+		if err != nil {
+			for _, t := range ts {
+				c.failTarget(t, out, sink.Retryf("read current documents of %s: %v", alias, err))
+			}
+			continue
+		}
+		for _, t := range ts {
+			d, ok := docs[t.id]
+			if !ok {
+				continue
+			}
+			m, err := projections.Decode(d.Source)
+			if err != nil {
+				c.failTarget(t, out, sink.Retryf("current document %s/%s is not a JSON object: %v", alias, t.id, err))
+				continue
+			}
+			t.current, t.curVersion = m, d.Version
+		}
+	}
+}
+
+// retryOrPoison classifies an error of a preparatory call: poison when the
+// engine rejected the request as invalid, Retry otherwise.
+func (c *Consumer) retryOrPoison(err error) sink.Outcome {
+	if ee, ok := indexer.AsEngineError(err); ok && !ee.Temporary() && ee.Status >= 400 && ee.Status < 500 &&
+		ee.Status != 401 && ee.Status != 403 && ee.Status != 404 {
+		return sink.Poisonf("%v", err)
+	}
+	return sink.Retryf("%v", err)
+}
+
+// failTarget gives the first event of the document the outcome; the later
+// ones stay NotAttempted.
+func (c *Consumer) failTarget(t *target, out []sink.Outcome, o sink.Outcome) {
+	t.failed = true
+	out[t.steps[0].ev] = o
+}
+
+// fold applies the steps of a document in order onto its current state and
+// returns the op that writes the final state (nil when nothing changes) and
+// the steps that contributed to it.
+func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*indexer.BulkOp, []int) {
+	var contributed []int
+	var last *projections.Result
+	deleted := false
+	for i := range steps {
+		s := &steps[i]
+		r := s.res
+		if r.Op == projections.OpIgnore {
+			continue
+		}
+		if r.Version <= maxVersion && (maxVersion > 0 || len(contributed) > 0) {
+			s.stale = true
+			continue
+		}
+		maxVersion = r.Version
+		switch r.Op {
+		case projections.OpIndex:
+			if r.Partial {
+				state = projections.DeepMerge(state, r.Doc)
+			} else {
+				state = projections.Clone(r.Doc)
+			}
+			deleted = false
+			if t.def.DeleteMode == mapping.DeleteSoft {
+				state[t.def.TombstoneField] = false
+			}
+		case projections.OpDelete:
+			if t.def.DeleteMode == mapping.DeleteSoft {
+				if state == nil {
+					state = map[string]any{}
+				}
+				if r.Tenant != "" && t.def.Tenancy.Mode == mapping.TenancyShared {
+					if _, ok := projections.Lookup(state, t.def.Tenancy.Field); !ok {
+						projections.SetPath(state, t.def.Tenancy.Field, r.Tenant)
+					}
+				}
+				state[t.def.TombstoneField] = true
+			} else {
+				state, deleted = nil, true
+			}
+		}
+		last = r
+		contributed = append(contributed, i)
+	}
+	if last == nil {
+		return nil, nil
+	}
+	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: last.Version}
+	if deleted {
+		op.Type = indexer.OpDelete
+	} else {
+		op.Type = indexer.OpIndex
+		doc, err := json.Marshal(state)
+		if err != nil {
+			// Values come from decoded JSON; this cannot happen.
+			panic(fmt.Sprintf("indexer: document %s/%s does not encode: %v", t.alias, t.id, err))
+		}
+		op.Doc = doc
+	}
+	return op, contributed
+}
+
+// pending is one document write of a round.
+type pending struct {
+	t           *target
+	op          *indexer.BulkOp
+	contributed []int // step indexes folded into op
+	extra       []string
+}
+
+func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcome) {
+	var writes []*pending
+	for _, t := range order {
+		if t.failed {
+			continue
+		}
+		op, contributed := fold(t, t.steps, projections.Clone(t.current), t.curVersion)
+		if op == nil {
+			// Only ignores or stale events: nothing to write.
+			for _, s := range t.steps {
+				if s.stale {
+					out[s.ev] = sink.Outcome{Kind: sink.Stale, Reason: fmt.Sprintf("%s/%s already holds version %d or newer", t.alias, t.id, s.res.Version)}
+				} else {
+					out[s.ev] = sink.Ok()
+				}
+			}
+			continue
+		}
+		writes = append(writes, &pending{t: t, op: op, contributed: contributed})
+	}
+	results := c.send(ctx, writes)
+	var redo []*pending
+	for i, p := range writes {
+		o := results[i]
+		if o.Kind == sink.Poison && len(p.contributed) > 1 {
+			redo = append(redo, p)
+			continue
+		}
+		c.settle(p, o, out)
+	}
+	if len(redo) > 0 {
+		c.redoOneByOne(ctx, redo, out)
+	}
+}
+
+// send writes each pending op to its alias and to the reindex targets of
+// the alias, and returns one combined outcome per pending write.
+func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
+	res := make([]sink.Outcome, len(writes))
+	var ops []indexer.BulkOp
+	var owner []int
+	for i, p := range writes {
+		if c.cfg.DualWrites != nil {
+			extra, err := c.cfg.DualWrites.For(ctx, p.t.alias)
+			if err != nil {
+				res[i] = sink.Retryf("look up reindex targets of %s: %v", p.t.alias, err)
+				continue
+			}
+			p.extra = extra
+		}
+		ops = append(ops, *p.op)
+		owner = append(owner, i)
+		for _, x := range p.extra {
+			op := *p.op
+			op.Index = x
+			ops = append(ops, op)
+			owner = append(owner, i)
+		}
+	}
+	if len(ops) == 0 {
+		return res
+	}
+	c.stats.writes.Add(int64(len(writes)))
+	got := c.writer.Write(ctx, ops)
+	seen := make([]bool, len(writes))
+	for j, o := range got {
+		i := owner[j]
+		if !seen[i] {
+			seen[i] = true
+			res[i] = o.Outcome
+			continue
+		}
+		res[i] = worse(res[i], o.Outcome)
+	}
+	return res
+}
+
+// worse combines the outcomes of one document written to several indexes:
+// the document is delivered only when every index took it.
+func worse(a, b sink.Outcome) sink.Outcome {
+	rank := func(k sink.Kind) int {
+		switch k {
+		case sink.OK:
+			return 0
+		case sink.Stale:
+			return 1
+		case sink.NotAttempted:
+			return 2
+		case sink.Retry:
+			return 3
+		default:
+			return 4
+		}
+	}
+	if rank(b.Kind) > rank(a.Kind) {
+		return b
+	}
+	if a.Kind == sink.Stale && b.Kind == sink.OK {
+		return b // the live alias already had it; the reindex target took it
+	}
+	return a
+}
+
+// settle gives every event of a document the outcome of its write.
+func (c *Consumer) settle(p *pending, o sink.Outcome, out []sink.Outcome) {
+	t := p.t
+	if !o.Kind.Delivered() {
+		c.failTarget(t, out, o)
+		return
+	}
+	if n := len(p.contributed); n > 1 {
+		c.stats.coalesced.Add(int64(n - 1))
+	}
+	for _, s := range t.steps {
+		switch {
+		case s.stale:
+			out[s.ev] = sink.Outcome{Kind: sink.Stale, Reason: fmt.Sprintf("%s/%s: version %d is not newer than an event already applied", t.alias, t.id, s.res.Version)}
+		default:
+			out[s.ev] = o
+		}
+	}
+}
+
+// redoOneByOne writes the documents whose coalesced write was poison event
+// by event: round r writes, for every such document, the state after its
+// r-th contributing event with that event's version, until the document
+// fails. The events before the poison one are delivered, the poison one
+// gets the engine's reason, the later ones stay NotAttempted.
+func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []sink.Outcome) {
+	type round struct {
+		op      *indexer.BulkOp
+		step    int   // the contributing step written by op
+		settled []int // every step (ignores, stale ones) whose outcome follows op
+	}
+	type chain struct {
+		t      *target
+		rounds []round
+	}
+	chains := make([]*chain, 0, len(redo))
+	for _, p := range redo {
+		t := p.t
+		ch := &chain{t: t}
+		state := projections.Clone(t.current)
+		maxV := t.curVersion
+		from := 0
+		for _, ci := range p.contributed {
+			op, _ := fold(t, t.steps[ci:ci+1], projections.Clone(state), maxV)
+			state = applyState(t, t.steps[ci].res, state)
+			maxV = t.steps[ci].res.Version
+			rd := round{op: op, step: ci}
+			for k := from; k <= ci; k++ {
+				rd.settled = append(rd.settled, k)
+			}
+			ch.rounds = append(ch.rounds, rd)
+			from = ci + 1
+		}
+		last := &ch.rounds[len(ch.rounds)-1]
+		for k := from; k < len(t.steps); k++ {
+			last.settled = append(last.settled, k)
+		}
+		chains = append(chains, ch)
+	}
+	for r := 0; ; r++ {
+		var writes []*pending
+		var who []*chain
+		for _, ch := range chains {
+			if ch.t.failed || r >= len(ch.rounds) {
+				continue
+			}
+			writes = append(writes, &pending{t: ch.t, op: ch.rounds[r].op})
+			who = append(who, ch)
+		}
+		if len(writes) == 0 {
+			return
+		}
+		results := c.send(ctx, writes)
+		for i, ch := range who {
+			o, rd, t := results[i], ch.rounds[r], ch.t
+			for _, k := range rd.settled {
+				s := t.steps[k]
+				switch {
+				case !o.Kind.Delivered() && k == rd.step:
+					t.failed = true
+					out[s.ev] = o
+				case !o.Kind.Delivered() && k > rd.step:
+					// after the failing event: NotAttempted
+				case s.stale:
+					out[s.ev] = sink.Outcome{Kind: sink.Stale, Reason: fmt.Sprintf("%s/%s: version %d is not newer than an event already applied", t.alias, t.id, s.res.Version)}
+				case s.res.Op == projections.OpIgnore && !o.Kind.Delivered():
+					out[s.ev] = sink.Ok()
+				default:
+					out[s.ev] = o
+				}
+			}
+		}
+	}
+}
+
+// applyState is the state after one step (the same rules as fold).
+func applyState(t *target, r *projections.Result, state map[string]any) map[string]any {
+	switch r.Op {
+	case projections.OpIndex:
+		if r.Partial {
+			state = projections.DeepMerge(projections.Clone(state), r.Doc)
+		} else {
+			state = projections.Clone(r.Doc)
+		}
+		if t.def.DeleteMode == mapping.DeleteSoft {
+			state[t.def.TombstoneField] = false
+		}
+	case projections.OpDelete:
+		if t.def.DeleteMode == mapping.DeleteSoft {
+			state = projections.Clone(state)
+			if state == nil {
+				state = map[string]any{}
+			}
+			state[t.def.TombstoneField] = true
+		} else {
+			state = nil
+		}
+	}
+	return state
+}
