@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,14 +11,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
-	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 	natssink "github.com/searchsync/searchsync/sink/nats"
+	"github.com/searchsync/searchsync/sink/webhook"
 )
 
 // RunCmd is the worker: it delivers the outbox until SIGTERM/SIGINT.
@@ -163,7 +161,7 @@ func buildConsumers(ctx context.Context, cfg *config.Config, logger *slog.Logger
 		)
 		switch cc.Type {
 		case "webhook":
-			cons = newPlainWebhook(cc.Name, *cc.Webhook)
+			cons, err = webhook.New(cc.Name, *cc.Webhook, nil, logger)
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		default:
@@ -175,80 +173,4 @@ func buildConsumers(ctx context.Context, cfg *config.Config, logger *slog.Logger
 		out[cc.Name] = cons
 	}
 	return out, nil
-}
-
-// plainWebhook is a stand-in webhook consumer (unsigned JSON POST, 2xx ok,
-// 408/429/5xx/network retry, other 4xx poison) until sink/webhook lands.
-type plainWebhook struct {
-	name   string
-	cfg    config.Webhook
-	client *http.Client
-}
-
-func newPlainWebhook(name string, cfg config.Webhook) *plainWebhook {
-	return &plainWebhook{name: name, cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}}
-}
-
-func (p *plainWebhook) Name() string { return p.name }
-
-func (p *plainWebhook) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
-	groups := map[string][]int{}
-	var order []string
-	for i, e := range events {
-		key := e.AggregateKey()
-		if key == "" {
-			key = fmt.Sprintf("#%d", e.ID)
-		}
-		if _, ok := groups[key]; !ok {
-			order = append(order, key)
-		}
-		groups[key] = append(groups[key], i)
-	}
-	var g errgroup.Group
-	g.SetLimit(p.cfg.Concurrency)
-	for _, key := range order {
-		idx := groups[key]
-		g.Go(func() error {
-			for _, i := range idx {
-				if ctx.Err() != nil {
-					return nil
-				}
-				out[i] = p.post(ctx, events[i])
-				if !out[i].Kind.Delivered() {
-					return nil
-				}
-			}
-			return nil
-		})
-	}
-	g.Wait()
-	return out
-}
-
-func (p *plainWebhook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
-	body, err := sink.Body(e)
-	if err != nil {
-		return sink.Poisonf("encode: %v", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(body))
-	if err != nil {
-		return sink.Poisonf("request: %v", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", fmt.Sprint(e.ID))
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return sink.Retryf("POST %s: %v", p.cfg.URL, err)
-	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-	resp.Body.Close()
-	switch s := resp.StatusCode; {
-	case s >= 200 && s < 300:
-		return sink.Ok()
-	case s == 408 || s == 429 || s >= 500:
-		return sink.Retryf("HTTP %d: %s", s, bytes.TrimSpace(msg))
-	default:
-		return sink.Poisonf("HTTP %d: %s", s, bytes.TrimSpace(msg))
-	}
 }
