@@ -46,7 +46,7 @@ const (
 const maxAuditDetails = 1000
 
 // ErrNoSelection reports a retry or ack without ids or a narrowing filter.
-var ErrNoSelection = errors.New("outbox: name event ids or a filter (event type, aggregate, time), or say --all")
+var ErrNoSelection = errors.New("no selection: name event ids or a filter (event type, aggregate type or id, created since/until), or say all (--all)")
 
 // DB is what the operator actions need of a connection (*pgxpool.Pool,
 // *pgx.Conn or a pgx.Tx).

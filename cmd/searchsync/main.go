@@ -36,6 +36,7 @@ type CLI struct {
 	Search  SearchCmd        `cmd:"" help:"Search an index or alias (to watch documents arrive)."`
 	Status  StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
 	Compact CompactCmd       `cmd:"" help:"Delete dispatched outbox events older than the retention (the outbox_compact job), now."`
+	Outbox  OutboxCmd        `cmd:"" help:"Inspect the outbox; retry or acknowledge failed events."`
 	Version kong.VersionFlag `help:"Print the version."`
 }
 

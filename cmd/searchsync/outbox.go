@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// OutboxCmd groups the operator commands on the outbox table.
+type OutboxCmd struct {
+	Status OutboxStatusCmd `cmd:"" help:"Counts by status and aggregate type, oldest pending age, blocked aggregates."`
+	List   OutboxListCmd   `cmd:"" help:"List events by status, event type, aggregate and time."`
+	Retry  OutboxRetryCmd  `cmd:"" help:"Move failed events back to pending (attempts 0, due now)."`
+	Ack    OutboxAckCmd    `cmd:"" help:"Acknowledge failed or skipped events by hand: delete them and record who did it in aa_job."`
+}
+
+// OutboxStatusCmd prints the state of the outbox.
+type OutboxStatusCmd struct {
+	JSON    bool `help:"Print JSON."`
+	Blocked int  `default:"50" help:"List at most this many blocked aggregates (all are counted)."`
+}
+
+// Run prints the status.
+func (c *OutboxStatusCmd) Run(ctx context.Context, g *Globals) error {
+	e, admin, pool, err := openAdmin(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := admin.Status(ctx, pool, c.Blocked)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(rep)
+	}
+	printOutboxStatus(os.Stdout, e.cfg.Database.Schema, rep)
+	return nil
+}
+
+func printOutboxStatus(out io.Writer, schema string, rep *outbox.StatusReport) {
+	fmt.Fprintf(out, "%s.aa_outbox_event at %s: %d events: %d pending, %d dispatched, %d failed, %d skipped\n",
+		schema, rep.At.Format(time.RFC3339), rep.Total, rep.ByStatus[outbox.StatusPending], rep.ByStatus[outbox.StatusDispatched],
+		rep.ByStatus[outbox.StatusFailed], rep.ByStatus[outbox.StatusSkipped])
+	if rep.OldestPending != nil {
+		fmt.Fprintf(out, "oldest pending: created %s (%s ago)\n", rep.OldestPending.Format(time.RFC3339), ageText(rep.OldestPendingAge))
+	} else {
+		fmt.Fprintln(out, "oldest pending: none")
+	}
+	fmt.Fprintf(out, "blocked aggregates: %d\n\n", rep.BlockedCount)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGGREGATE TYPE\tPENDING\tDISPATCHED\tFAILED\tSKIPPED\tOLDEST PENDING")
+	for _, t := range rep.AggregateTypes {
+		oldest := "-"
+		if t.OldestPending != nil {
+			oldest = ageText(t.OldestPendingAge) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.AggregateType, t.ByStatus[outbox.StatusPending], t.ByStatus[outbox.StatusDispatched],
+			t.ByStatus[outbox.StatusFailed], t.ByStatus[outbox.StatusSkipped], oldest)
+	}
+	tw.Flush()
+	if len(rep.Blocked) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(tw, "BLOCKED AGGREGATE\tHEAD ID\tHEAD EVENT TYPE\tSTATUS\tATTEMPTS\tWAITING\tLAST ERROR")
+		for _, b := range rep.Blocked {
+			st := string(b.Status)
+			if b.Status == outbox.StatusPending {
+				st = "retry in " + ageText(time.Until(b.AvailableAt).Seconds())
+			}
+			fmt.Fprintf(tw, "%s/%s\t%d\t%s\t%s\t%d\t%d\t%s\n", b.AggregateType, b.AggregateID, b.HeadID, b.HeadEventType, st,
+				b.Attempts, b.Waiting, oneLine(deref(b.LastError), 100))
+		}
+		tw.Flush()
+		if int64(len(rep.Blocked)) < rep.BlockedCount {
+			fmt.Fprintf(out, "… and %d more (--blocked N lists more)\n", rep.BlockedCount-int64(len(rep.Blocked)))
+		}
+	}
+}
+
+// filterFlags select events; every outbox command but status takes them.
+type filterFlags struct {
+	ID            []int64  `name:"id" sep:"," help:"Event ids (repeat the flag or separate by commas)."`
+	Status        []string `name:"status" sep:"," enum:"pending,dispatched,failed,skipped" help:"Statuses (pending, dispatched, failed, skipped; repeat or separate by commas)."`
+	EventType     string   `help:"event_type pattern: * matches any run of characters, ? one character (entity.customer.*)."`
+	AggregateType string   `help:"aggregate_type pattern (* and ?), e.g. DDM_ENTITY."`
+	AggregateID   string   `help:"aggregate_id (a UUID)."`
+	Since         timeFlag `placeholder:"TIME" help:"created_at at or after: RFC 3339 time, date (2026-11-30) or an age (90m, 36h, 7d)."`
+	Until         timeFlag `placeholder:"TIME" help:"created_at before: RFC 3339 time, date or an age."`
+}
+
+func (f *filterFlags) filter(ids []int64, limit int) (outbox.Filter, error) {
+	out := outbox.Filter{IDs: append(append([]int64(nil), f.ID...), ids...), EventType: f.EventType, AggregateType: f.AggregateType,
+		Since: f.Since.t, Until: f.Until.t, Limit: limit}
+	for _, s := range f.Status {
+		out.Statuses = append(out.Statuses, outbox.Status(s))
+	}
+	if f.AggregateID != "" {
+		id, err := uuid.Parse(f.AggregateID)
+		if err != nil {
+			return out, fmt.Errorf("--aggregate-id %q: %w", f.AggregateID, err)
+		}
+		out.AggregateID = &id
+	}
+	if !out.Since.IsZero() && !out.Until.IsZero() && !out.Since.Before(out.Until) {
+		return out, fmt.Errorf("--since %s is not before --until %s", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339))
+	}
+	return out, nil
+}
+
+// OutboxListCmd lists events.
+type OutboxListCmd struct {
+	filterFlags
+	Limit   int  `default:"100" help:"List at most this many events (oldest id first); 0 lists all."`
+	Payload bool `help:"Include the payload (always in --json)."`
+	JSON    bool `help:"Print JSON (one array of events)."`
+}
+
+// Run lists the events.
+func (c *OutboxListCmd) Run(ctx context.Context, g *Globals) error {
+	f, err := c.filter(nil, c.Limit)
+	if err != nil {
+		return err
+	}
+	if c.Limit == 0 {
+		f.Limit = int(^uint(0) >> 1)
+	}
+	_, admin, pool, err := openAdmin(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	evs, err := admin.List(ctx, pool, f)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		if evs == nil {
+			evs = []outbox.Event{}
+		}
+		return printJSON(evs)
+	}
+	printEvents(os.Stdout, evs, c.Payload)
+	if len(evs) == f.Limit && c.Limit > 0 {
+		fmt.Fprintf(os.Stdout, "(first %d; --limit N or --limit 0 for more)\n", f.Limit)
+	}
+	return nil
+}
+
+func printEvents(out io.Writer, evs []outbox.Event, payload bool) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	head := "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED\tAVAILABLE\tLAST ERROR"
+	if payload {
+		head += "\tPAYLOAD"
+	}
+	fmt.Fprintln(tw, head)
+	for _, e := range evs {
+		agg := e.AggregateType
+		if e.AggregateID != nil {
+			agg += "/" + e.AggregateID.String()
+		}
+		avail := "-"
+		if e.Status == outbox.StatusPending {
+			avail = e.AvailableAt.Format(time.RFC3339)
+		}
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.EventType, agg, e.Attempts,
+			e.CreatedAt.Format(time.RFC3339), avail, oneLine(deref(e.LastError), 80))
+		if payload {
+			line += "\t" + string(e.Payload)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+}
+
+// changeFlags are the flags of retry and ack.
+type changeFlags struct {
+	filterFlags
+	IDs    []int64 `arg:"" optional:"" name:"ids" help:"Event ids."`
+	Limit  int     `help:"Change at most this many events (oldest id first)."`
+	All    bool    `help:"Allow a selection without ids or a narrowing filter (every failed / skipped event)."`
+	DryRun bool    `help:"Show what would change; change nothing."`
+	By     string  `help:"Who acts, recorded in aa_job (default: user@host)."`
+	Note   string  `help:"Why, recorded in aa_job."`
+	JSON   bool    `help:"Print JSON."`
+}
+
+func (c *changeFlags) options() outbox.ChangeOptions {
+	by := c.By
+	if by == "" {
+		name := os.Getenv("USER")
+		if u, err := user.Current(); err == nil && u.Username != "" {
+			name = u.Username
+		}
+		host, _ := os.Hostname()
+		by = name + "@" + host
+	}
+	return outbox.ChangeOptions{DryRun: c.DryRun, All: c.All, By: by, Note: c.Note}
+}
+
+// OutboxRetryCmd moves failed events back to pending.
+type OutboxRetryCmd struct {
+	changeFlags
+}
+
+// Run retries the selected failed events.
+func (c *OutboxRetryCmd) Run(ctx context.Context, g *Globals) error {
+	return c.run(ctx, g, "retry")
+}
+
+// OutboxAckCmd acknowledges failed and skipped events.
+type OutboxAckCmd struct {
+	changeFlags
+}
+
+// Run acknowledges the selected failed and skipped events.
+func (c *OutboxAckCmd) Run(ctx context.Context, g *Globals) error {
+	return c.run(ctx, g, "ack")
+}
+
+func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error {
+	f, err := c.filter(c.IDs, c.Limit)
+	if err != nil {
+		return err
+	}
+	if !f.Narrows() && !c.All {
+		return fmt.Errorf("outbox %s: %w", action, outbox.ErrNoSelection)
+	}
+	_, admin, pool, err := openAdmin(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var ch *outbox.Change
+	if action == "retry" {
+		ch, err = admin.Retry(ctx, pool, f, c.options())
+	} else {
+		ch, err = admin.Ack(ctx, pool, f, c.options())
+	}
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		if ch.Events == nil {
+			ch.Events = []outbox.Event{}
+		}
+		return printJSON(ch)
+	}
+	verb := map[string]string{"retry": "retried (failed → pending, attempts 0, due now)", "ack": "acknowledged (deleted, recorded in aa_job)"}[action]
+	switch {
+	case ch.DryRun:
+		fmt.Printf("dry run: %s would be %s; nothing changed\n", eventCount(ch.Count), verb)
+	case ch.Count == 0:
+		fmt.Println("no event matched; nothing changed")
+	default:
+		fmt.Printf("%s %s; aa_job id %d\n", eventCount(ch.Count), verb, ch.JobID)
+	}
+	if ch.Count > 0 {
+		evs := ch.Events
+		if len(evs) > 50 {
+			evs = evs[:50]
+		}
+		printEvents(os.Stdout, evs, false)
+		if len(ch.Events) > len(evs) {
+			fmt.Printf("… and %d more (--json lists all)\n", len(ch.Events)-len(evs))
+		}
+	}
+	return nil
+}
+
+// openAdmin loads the configuration and connects.
+func openAdmin(ctx context.Context, g *Globals) (*env, *outbox.Admin, poolCloser, error) {
+	e, err := g.load(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := openPool(ctx, e.cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return e, outbox.NewAdmin(e.cfg.Database.Schema), pool, nil
+}
+
+// poolCloser is the pool as the outbox commands use it.
+type poolCloser interface {
+	outbox.DB
+	Close()
+}
+
+// timeFlag is a point in time given as RFC 3339, a date, or an age before now.
+type timeFlag struct{ t time.Time }
+
+// UnmarshalText parses the flag.
+func (f *timeFlag) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			f.t = t
+			return nil
+		}
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseFloat(days, 64); err == nil && n >= 0 {
+			f.t = time.Now().Add(-time.Duration(n * float64(24*time.Hour)))
+			return nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		f.t = time.Now().Add(-d)
+		return nil
+	}
+	return errors.New("want an RFC 3339 time (2026-11-30T10:00:00Z), a date (2026-11-30) or an age (90m, 36h, 7d)")
+}
+
+func eventCount(n int) string {
+	if n == 1 {
+		return "1 event"
+	}
+	return strconv.Itoa(n) + " events"
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func ageText(seconds float64) string {
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// oneLine shortens s to one line of at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
