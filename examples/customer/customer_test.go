@@ -8,8 +8,7 @@ import (
 
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/internal/config"
-	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // The example's files load: the configuration, the projection (with its
@@ -23,12 +22,11 @@ func TestExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := projections.NewSet()
-	if err := set.LoadFiles(cfg.Path(cfg.Indexes.Projections[0])); err != nil {
+	set, err := search.LoadProjections(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	set.RegisterUpcaster("entity.customer.*", 1, customer.UpcastV1)
-	defs, err := mapping.Load("")
+	defs, err := search.LoadDefs(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

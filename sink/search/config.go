@@ -1,0 +1,114 @@
+package search
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
+)
+
+// LoadDefs loads the index definitions of a configuration: the embedded
+// defaults overridden by indexes.definitions.
+func LoadDefs(cfg *config.Config) (mapping.Defs, error) {
+	return mapping.Load(cfg.Path(cfg.Indexes.Definitions))
+}
+
+// LoadProjections loads the projections of a configuration: the built-in
+// examples named by indexes.examples, then the files of indexes.projections.
+// Go projection functions and upcasters of your own are registered on the
+// returned set before New.
+func LoadProjections(cfg *config.Config) (*projections.Set, error) {
+	set := projections.NewSet()
+	for _, ex := range cfg.Indexes.Examples {
+		switch ex {
+		case "customer":
+			if err := customer.Register(set); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("indexes.examples: %q is not a built-in example", ex)
+		}
+	}
+	for _, p := range cfg.Indexes.Projections {
+		if err := set.LoadFiles(cfg.Path(p)); err != nil {
+			return nil, err
+		}
+	}
+	return set, nil
+}
+
+// Options are what FromConfig needs besides the configuration.
+type Options struct {
+	// Engine, when nil, is built from cfg.Engine.
+	Engine indexer.Engine
+	// Projections, when nil, is LoadProjections(cfg).
+	Projections *projections.Set
+	// DualWrites: pass reindex.NewTargets(pool) so that live writes reach a
+	// running reindex's target too.
+	DualWrites DualWrites
+	// Writer tunes the bulk writer (Logger is filled in).
+	Writer indexer.WriterConfig
+	Logger *slog.Logger
+}
+
+// FromConfig builds the search consumer cc of cfg, creates its missing
+// indexes and aliases, and reports drift: logged as "reindex required" with
+// indexes.on_drift warn (the default), an error with fail.
+func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o Options) (*Consumer, error) {
+	if cc.Search == nil {
+		return nil, fmt.Errorf("search consumer %s: no search section", cc.Name)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	logger := o.Logger.With("consumer", cc.Name)
+	if o.Engine == nil {
+		eng, err := indexer.New(cfg.Engine, nil)
+		if err != nil {
+			return nil, err
+		}
+		o.Engine = eng
+	}
+	defs, err := LoadDefs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	set := o.Projections
+	if set == nil {
+		if set, err = LoadProjections(cfg); err != nil {
+			return nil, err
+		}
+	}
+	for _, ix := range cc.Search.Indexes {
+		found := false
+		for _, p := range set.Projections() {
+			found = found || p.Index == ix
+		}
+		if !found {
+			return nil, fmt.Errorf("search consumer %s: no projection writes index %q (configure indexes.projections or indexes.examples)", cc.Name, ix)
+		}
+	}
+	o.Writer.Logger = logger
+	c, err := New(Config{Name: cc.Name, Engine: o.Engine, Writer: indexer.NewWriter(o.Engine, o.Writer),
+		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, DualWrites: o.DualWrites, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	sts, err := c.EnsureIndexes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("search consumer %s: %w", cc.Name, err)
+	}
+	if cfg.Indexes.OnDrift == "fail" {
+		for _, st := range sts {
+			if st.Drift {
+				return nil, fmt.Errorf("search consumer %s: %s (indexes.on_drift is fail)", cc.Name, st.Message())
+			}
+		}
+	}
+	return c, nil
+}
