@@ -1,0 +1,136 @@
+package nats
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink/nats/natstest"
+	"github.com/searchsync/searchsync/sink/sinktest"
+)
+
+// BenchmarkPublish measures the consumer against bare JetStream publish
+// loops of the same messages, in the same run, on the same server (each
+// into a stream of its own, file storage, de-duplication on):
+//
+//   - consumer: Deliver of relay-sized batches (500 events over 300
+//     aggregates, so about two events per aggregate per batch);
+//   - bare_sync: for each message PublishMsg, which waits for its PubAck;
+//   - bare_async: PublishMsgAsync of the whole batch, then every PubAck.
+//
+// Each iteration is one batch through all three. Reported: events/s of each
+// and consumer/bare_sync, consumer/bare_async.
+//
+//	go test ./sink/nats -run '^$' -bench Publish -benchtime 40x
+func BenchmarkPublish(b *testing.B) {
+	url := natstest.URL(b)
+	ctx := context.Background()
+	const batchSize, aggregates = 500, 300
+
+	names := func() (stream, prefix string) {
+		return strings.ToUpper(testenv.Name("bench")), testenv.Name("bench")
+	}
+	stream, prefix := names()
+	c, err := New(ctx, "bench", config.Nats{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}", CreateStream: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4000))
+	bare := func() (string, string) {
+		s, p := names()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s, Subjects: []string{p + ".>"}, Duplicates: 2 * time.Minute, Storage: jetstream.FileStorage}); err != nil {
+			b.Fatal(err)
+		}
+		return s, p
+	}
+	syncStream, syncPrefix := bare()
+	asyncStream, asyncPrefix := bare()
+	defer func() {
+		for _, s := range []string{stream, syncStream, asyncStream} {
+			js.DeleteStream(ctx, s)
+		}
+	}()
+
+	var g sinktest.Events
+	keys := make([]string, batchSize)
+	var tConsumer, tSync, tAsync time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range keys {
+			keys[j] = "agg" + strconv.Itoa((i*batchSize+j)%aggregates)
+		}
+		events := g.Make(keys...)
+
+		start := time.Now()
+		for k, o := range c.Deliver(ctx, events) {
+			if !o.Kind.Delivered() {
+				b.Fatalf("event %d: %s %s", events[k].ID, o.Kind, o.Reason)
+			}
+		}
+		tConsumer += time.Since(start)
+
+		msgs := messages(b, c, events, prefix, syncPrefix)
+		start = time.Now()
+		for _, m := range msgs {
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		tSync += time.Since(start)
+
+		msgs = messages(b, c, events, prefix, asyncPrefix)
+		start = time.Now()
+		futures := make([]jetstream.PubAckFuture, len(msgs))
+		for k, m := range msgs {
+			if futures[k], err = js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+		tAsync += time.Since(start)
+	}
+	b.StopTimer()
+	n := float64(b.N * batchSize)
+	rate := func(d time.Duration) float64 { return n / d.Seconds() }
+	b.ReportMetric(rate(tConsumer), "consumer_events/s")
+	b.ReportMetric(rate(tSync), "bare_sync_events/s")
+	b.ReportMetric(rate(tAsync), "bare_async_events/s")
+	b.ReportMetric(rate(tConsumer)/rate(tSync), "consumer/bare_sync")
+	b.ReportMetric(rate(tConsumer)/rate(tAsync), "consumer/bare_async")
+}
+
+// messages are the consumer's messages of the events, moved to another
+// subject prefix.
+func messages(b *testing.B, c *Consumer, events []*outbox.Event, from, to string) []*natsgo.Msg {
+	out := make([]*natsgo.Msg, len(events))
+	for i, e := range events {
+		m, err := c.message(e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Subject = to + strings.TrimPrefix(m.Subject, from)
+		out[i] = m
+	}
+	return out
+}
