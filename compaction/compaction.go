@@ -9,9 +9,9 @@
 // A run computes its cutoff once (the database's now() minus the retention)
 // and then deletes in a loop of short transactions, each
 //
-//	DELETE … WHERE id IN (SELECT id … WHERE id > <last> AND status = 'dispatched'
-//	                      AND dispatched_at < <cutoff> ORDER BY id LIMIT <batch_size>
-//	                      FOR UPDATE SKIP LOCKED)
+//	DELETE … WHERE id = ANY (ARRAY(SELECT id … WHERE id > <last> AND status = 'dispatched'
+//	                               AND dispatched_at < <cutoff> ORDER BY id LIMIT <batch_size>
+//	                               FOR UPDATE SKIP LOCKED))
 //
 // plus a heartbeat of the job row. The keyset on id makes a whole run read the
 // table once along its primary key, and no lock is held longer than one batch.

@@ -39,18 +39,19 @@ const cutoffSQL = `SELECT now() - make_interval(secs => $1)`
 // deleteBatchSQL deletes the next batch of old dispatched events after id $1
 // (keyset over the primary key: the whole run reads the table once).
 // $2 cutoff, $3 batch size. It returns how many rows it deleted and the
-// largest id among them.
+// largest id among them. The ids go through an array so that the DELETE
+// finds its rows by the primary key (a join with the selection made the
+// planner hash the whole table for every batch: ten times slower).
 const deleteBatchSQL = `
-WITH victims AS (
-    SELECT id FROM {schema}.aa_outbox_event
-    WHERE id > $1 AND status = 'dispatched' AND dispatched_at < $2
-    ORDER BY id
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), deleted AS (
-    DELETE FROM {schema}.aa_outbox_event e USING victims v
-    WHERE e.id = v.id
-    RETURNING e.id
+WITH deleted AS (
+    DELETE FROM {schema}.aa_outbox_event
+    WHERE id = ANY (ARRAY(
+        SELECT id FROM {schema}.aa_outbox_event
+        WHERE id > $1 AND status = 'dispatched' AND dispatched_at < $2
+        ORDER BY id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED))
+    RETURNING id
 )
 SELECT count(*), coalesce(max(id), 0) FROM deleted`
 
