@@ -14,9 +14,11 @@ import (
 
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
+	"github.com/searchsync/searchsync/reindex"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 	natssink "github.com/searchsync/searchsync/sink/nats"
+	"github.com/searchsync/searchsync/sink/search"
 	"github.com/searchsync/searchsync/sink/webhook"
 )
 
@@ -49,7 +51,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 		return err
 	}
 
-	consumers, err := buildConsumers(ctx, cfg, logger)
+	consumers, err := buildConsumers(ctx, cfg, pool, logger)
 	defer func() {
 		for _, cons := range consumers {
 			if cl, ok := cons.(sink.Closer); ok {
@@ -72,6 +74,14 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 		return err
 	}
 	go obs.sampler.Run(ctx)
+	drift, err := newDriftWatcher(cfg, logger)
+	if err != nil {
+		return err
+	}
+	if drift != nil {
+		obs.drift = drift.current
+		go drift.run(ctx, 30*time.Second)
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
@@ -152,7 +162,7 @@ func healthHandler(pool *pgxpool.Pool, r *relay.Relay) http.Handler {
 }
 
 // buildConsumers builds every configured consumer by name.
-func buildConsumers(ctx context.Context, cfg *config.Config, logger *slog.Logger) (map[string]sink.Consumer, error) {
+func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (map[string]sink.Consumer, error) {
 	out := map[string]sink.Consumer{}
 	for i, cc := range cfg.Consumers {
 		var (
@@ -164,6 +174,8 @@ func buildConsumers(ctx context.Context, cfg *config.Config, logger *slog.Logger
 			cons, err = webhook.New(cc.Name, *cc.Webhook, nil, logger)
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
+		case "search":
+			cons, err = search.FromConfig(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger})
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
 		}

@@ -31,13 +31,31 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	doc := statusDoc{Snapshot: s, Drift: []string{}}
+	drift, err := newDriftWatcher(e.cfg, e.logger)
+	if err != nil {
+		return err
+	}
+	if drift != nil {
+		doc.Drift = append(doc.Drift, drift.check(ctx)...)
+	}
 	if c.JSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return enc.Encode(doc)
 	}
 	printStatus(os.Stdout, s)
+	for _, d := range doc.Drift {
+		fmt.Fprintln(os.Stdout, "\nDRIFT:", d)
+	}
 	return nil
+}
+
+// statusDoc is the JSON of `searchsync status --json`: the lag snapshot plus
+// index drift warnings.
+type statusDoc struct {
+	*lag.Snapshot
+	Drift []string `json:"drift"`
 }
 
 func printStatus(out io.Writer, s *lag.Snapshot) {
