@@ -92,7 +92,10 @@ func (l *leases) run(ctx context.Context) {
 func (l *leases) tick(ctx context.Context) error {
 	ttl := l.cfg.LeaseTTL.Milliseconds()
 	start := time.Now()
-	err := l.tickDB(ctx, start, ttl)
+	// A hung connection must not keep the self-fencing below from running.
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.LeaseTTL)
+	err := l.tickDB(tctx, start, ttl)
+	cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lastErr = err

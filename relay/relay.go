@@ -216,7 +216,9 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	bs := BatchStats{Partitions: len(c.parts)}
 
 	t0 := time.Now()
-	evs, scanned, err := r.claim(ctx, c)
+	cctx, cancelClaim := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
+	evs, scanned, err := r.claim(cctx, c)
+	cancelClaim()
 	bs.Claim = time.Since(t0)
 	if err != nil {
 		return false, fmt.Errorf("relay: claim: %w", err)
@@ -262,6 +264,7 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 	if c.all {
 		q = r.q.claimAll
 	}
+	r.stats.claims.Add(1)
 	rows, err := r.pool.Query(ctx, q, r.cfg.Partitions, c.parts, r.cfg.BatchSize)
 	if err != nil {
 		return nil, 0, err

@@ -277,3 +277,23 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Errorf("unknown consumer: %v", err)
 	}
 }
+
+// Relays of one database must agree on the partition count.
+func TestRefusesAnotherPartitionCount(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	a, _ := start(t, db, fast())
+	testenv.Eventually(t, 10*time.Second, func() bool { ok, _ := a.Ready(); return ok }, "first relay ready")
+	cfg := fast()
+	cfg.Schema = db.Schema
+	cfg.Partitions = 4
+	b, err := relay.New(db.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Run(ctx); err == nil || !strings.Contains(err.Error(), "relay.partitions = 8") {
+		t.Errorf("Run with 4 partitions beside a relay with 8: %v", err)
+	}
+}

@@ -22,6 +22,9 @@ type BatchStats struct {
 
 // Stats are the relay's totals since it was created.
 type Stats struct {
+	// Claims counts claim statements (empty ones too): with no work it grows
+	// by one per poll interval or NOTIFY, never faster.
+	Claims                                                                           uint64
 	Batches, Claimed, Dispatched, Stale, Retried, Failed, Skipped, Untouched, Fenced uint64
 	// Partitions is the number of partitions owned now.
 	Partitions int
@@ -30,6 +33,7 @@ type Stats struct {
 }
 
 type counters struct {
+	claims                                                                           atomic.Uint64
 	batches, claimed, dispatched, stale, retried, failed, skipped, untouched, fenced atomic.Uint64
 	claimNs, deliverNs, ackNs                                                        atomic.Int64
 }
@@ -53,7 +57,7 @@ func (c *counters) add(b BatchStats) {
 func (r *Relay) Stats() Stats {
 	c := &r.stats
 	return Stats{
-		Batches: c.batches.Load(), Claimed: c.claimed.Load(), Dispatched: c.dispatched.Load(),
+		Claims: c.claims.Load(), Batches: c.batches.Load(), Claimed: c.claimed.Load(), Dispatched: c.dispatched.Load(),
 		Stale: c.stale.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Skipped: c.skipped.Load(), Untouched: c.untouched.Load(), Fenced: c.fenced.Load(),
 		Partitions: r.leases.count(),
