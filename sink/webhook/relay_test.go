@@ -1,0 +1,257 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/compaction"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
+	"github.com/searchsync/searchsync/sink/webhook"
+)
+
+const relaySecret = "whsec_c2VhcmNoc3luYy10ZXN0LXNlY3JldC0xMjM0NTY3OA=="
+
+// endpoint is a real receiver: it checks every signature and records the
+// first successful delivery of each event per aggregate.
+type endpoint struct {
+	mu     sync.Mutex
+	first  map[uuid.UUID][]int64
+	seen   map[int64]bool
+	answer func(m sink.Message) int
+	bad    int
+}
+
+func newEndpoint(t *testing.T) (*endpoint, string) {
+	ep := &endpoint{first: map[uuid.UUID][]int64{}, seen: map[int64]bool{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if err := webhook.Verify(relaySecret, r.Header, body); err != nil {
+			ep.bad++
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var m sink.Message
+		json.Unmarshal(body, &m)
+		status := http.StatusNoContent
+		if ep.answer != nil {
+			status = ep.answer(m)
+		}
+		if status < 300 && !ep.seen[m.ID] {
+			ep.seen[m.ID] = true
+			ep.first[*m.AggregateID] = append(ep.first[*m.AggregateID], m.ID)
+		}
+		w.WriteHeader(status)
+		if status == http.StatusUnprocessableEntity {
+			io.WriteString(w, `{"error":"customer code missing"}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return ep, srv.URL
+}
+
+func (ep *endpoint) setAnswer(f func(m sink.Message) int) {
+	ep.mu.Lock()
+	ep.answer = f
+	ep.mu.Unlock()
+}
+
+func (ep *endpoint) delivered(id int64) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.seen[id]
+}
+
+type eventRow struct {
+	Status    string
+	Attempts  int
+	LastError *string
+}
+
+func getRow(t *testing.T, db *testenv.DB, id int64) eventRow {
+	var r eventRow
+	err := db.Pool.QueryRow(context.Background(), `SELECT status::text, attempts, last_error FROM aa_outbox_event WHERE id = $1`, id).
+		Scan(&r.Status, &r.Attempts, &r.LastError)
+	if err == pgx.ErrNoRows {
+		return eventRow{Status: "deleted"}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The webhook consumer behind the real relay: every request verifies, every
+// aggregate arrives in id order; a 422 fails its event at once, a 503 after
+// max_attempts, each blocking only its aggregate; `outbox retry` releases
+// one, `outbox ack` the other; compaction then removes what was dispatched.
+func TestWebhookBehindTheRelay(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ep, url := newEndpoint(t)
+
+	const aggs, perAgg = 12, 5
+	ids := make([]uuid.UUID, aggs)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	poisoned, flaky := ids[0], ids[1]
+	seq := func(m sink.Message) int {
+		var p struct{ Seq int }
+		json.Unmarshal(m.Payload, &p)
+		return p.Seq
+	}
+	ep.setAnswer(func(m sink.Message) int {
+		switch {
+		case *m.AggregateID == poisoned && seq(m) == 2:
+			return http.StatusUnprocessableEntity
+		case *m.AggregateID == flaky && seq(m) == 1:
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	})
+
+	hook, err := webhook.New("hook", config.Webhook{URL: url, Secret: relaySecret, Timeout: 2 * time.Second, Concurrency: 4}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(db.Pool, relay.Config{
+		Schema: db.Schema, Partitions: 4, BatchSize: 20, PollInterval: 100 * time.Millisecond, LeaseTTL: time.Second,
+		MaxAttempts: 3, Backoff: config.Backoff{Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.1},
+		Routes: []relay.Route{{Consumer: hook}}, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// Write the events concurrently through the producer API, one
+	// transaction per event, aggregates interleaved.
+	w := outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})
+	byAgg := map[uuid.UUID][]int64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range aggs {
+		wg.Go(func() {
+			for seq := range perAgg {
+				var got []int64
+				err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					var err error
+					got, err = w.Write(ctx, tx, outbox.Event{EventType: "entity.customer.updated", AggregateType: "DDM_ENTITY",
+						AggregateID: &ids[i], Payload: json.RawMessage(fmt.Sprintf(`{"seq": %d}`, seq))})
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				byAgg[ids[i]] = append(byAgg[ids[i]], got[0])
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	admin := outbox.NewAdmin(db.Schema)
+	poisonHead, flakyHead := byAgg[poisoned][2], byAgg[flaky][1]
+	waitStatus(t, admin, db, "every other event dispatched and the two heads failed", func(rep *outbox.StatusReport) bool {
+		return rep.ByStatus[outbox.StatusFailed] == 2 && rep.ByStatus[outbox.StatusDispatched] == aggs*perAgg-2-2-3
+	})
+	if got := getRow(t, db, poisonHead); got.Attempts != 1 || !strings.Contains(*got.LastError, "hook: HTTP 422") || !strings.Contains(*got.LastError, "customer code missing") {
+		t.Fatalf("poisoned head: %+v", got)
+	}
+	if got := getRow(t, db, flakyHead); got.Attempts != 3 || !strings.Contains(*got.LastError, "hook: HTTP 503") {
+		t.Fatalf("flaky head: %+v", got)
+	}
+	rep, _ := admin.Status(ctx, db.Pool, 0)
+	if rep.BlockedCount != 2 {
+		t.Fatalf("blocked aggregates %+v, want the poisoned and the flaky one", rep.Blocked)
+	}
+
+	// The endpoint recovers; the operator retries the flaky aggregate and
+	// acknowledges the poisoned event.
+	ep.setAnswer(nil)
+	if ch, err := admin.Retry(ctx, db.Pool, outbox.Filter{AggregateID: &flaky}, outbox.ChangeOptions{By: "test"}); err != nil || ch.Count != 1 {
+		t.Fatalf("retry: %+v, %v", ch, err)
+	}
+	if ch, err := admin.Ack(ctx, db.Pool, outbox.Filter{IDs: []int64{poisonHead}}, outbox.ChangeOptions{By: "test", Note: "bad data"}); err != nil || ch.Count != 1 {
+		t.Fatalf("ack: %+v, %v", ch, err)
+	}
+	waitStatus(t, admin, db, "the released aggregates delivered", func(rep *outbox.StatusReport) bool {
+		return rep.ByStatus[outbox.StatusDispatched] == aggs*perAgg-1
+	})
+	if ep.delivered(poisonHead) {
+		t.Fatal("the acknowledged event was delivered")
+	}
+
+	ep.mu.Lock()
+	if ep.bad != 0 {
+		t.Errorf("%d requests did not verify", ep.bad)
+	}
+	for agg, want := range byAgg {
+		got := ep.first[agg]
+		if agg == poisoned {
+			want = append(append([]int64(nil), want[:2]...), want[3:]...)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("aggregate %s: first deliveries %v, want %v", agg, got, want)
+		}
+	}
+	ep.mu.Unlock()
+
+	// Ten days later: compaction removes every dispatched event.
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET dispatched_at = dispatched_at - interval '11 days'`); err != nil {
+		t.Fatal(err)
+	}
+	comp, err := compaction.New(db.Pool, compaction.Config{Schema: db.Schema, BatchSize: 25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := comp.Run(ctx)
+	if err != nil || res.Deleted != aggs*perAgg-1 || res.Batches != 3 {
+		t.Fatalf("compaction: %+v, %v", res, err)
+	}
+}
+
+// waitStatus polls the outbox status until cond holds, failing with the last
+// status after 30 s.
+func waitStatus(t *testing.T, admin *outbox.Admin, db *testenv.DB, what string, cond func(*outbox.StatusReport) bool) {
+	t.Helper()
+	var last []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rep, err := admin.Status(context.Background(), db.Pool, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(rep) {
+			return
+		}
+		last, _ = json.Marshal(rep)
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30s: %s; last status %s", what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
