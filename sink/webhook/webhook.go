@@ -79,9 +79,14 @@ type Consumer struct {
 	// slots bounds the requests in flight to the endpoint.
 	slots chan struct{}
 	now   func() time.Time
+	// ownClient: the client was built by New and is closed by Close.
+	ownClient bool
 }
 
-var _ sink.Consumer = (*Consumer)(nil)
+var (
+	_ sink.Consumer = (*Consumer)(nil)
+	_ sink.Closer   = (*Consumer)(nil)
+)
 
 // ConfigError is a webhook configuration that cannot work.
 type ConfigError struct {
@@ -120,7 +125,8 @@ func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logg
 	if err != nil {
 		return nil, bad("webhook.secret", "%v", err)
 	}
-	if client == nil {
+	own := client == nil
+	if own {
 		client = &http.Client{
 			Transport: &http.Transport{
 				Proxy:               http.ProxyFromEnvironment,
@@ -139,8 +145,17 @@ func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logg
 		name: name, cfg: cfg, key: key, client: client,
 		logger: logger.With("consumer", name),
 		slots:  make(chan struct{}, cfg.Concurrency),
-		now:    time.Now,
+		now:    time.Now, ownClient: own,
 	}, nil
+}
+
+// Close releases the idle connections of the client New built (a given
+// client is left alone). It is safe to call more than once.
+func (c *Consumer) Close() error {
+	if c.ownClient {
+		c.client.CloseIdleConnections()
+	}
+	return nil
 }
 
 // ParseSecret turns a configured secret into the HMAC key: "env:NAME" reads
