@@ -46,6 +46,10 @@ type Config struct {
 	Indexes []string
 	// DualWrites, when set, adds reindex targets to every op (see reindex.Targets).
 	DualWrites DualWrites
+	// DisableCoalescing writes every event's state on its own (one bulk
+	// round per event of a document) instead of one write per document and
+	// batch. For measuring the effect of coalescing; default false.
+	DisableCoalescing bool
 	// Logger. Default: discard.
 	Logger *slog.Logger
 }
@@ -469,6 +473,10 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 			continue
 		}
 		writes = append(writes, &pending{t: t, op: op, contributed: contributed})
+	}
+	if c.cfg.DisableCoalescing {
+		c.redoOneByOne(ctx, writes, out)
+		return
 	}
 	results := c.send(ctx, writes)
 	var redo []*pending

@@ -2,6 +2,7 @@ package search_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,16 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
 )
 
 // startRelay runs a relay that routes entity.customer.* to the consumer.
-func (b *bundle) startRelay() {
+func (b *bundle) startRelay(cons sink.Consumer, batchSize int) {
 	b.t.Helper()
 	r, err := relay.New(b.db.Pool, relay.Config{Schema: b.db.Schema, Partitions: 4, LeaseTTL: 3 * time.Second,
-		PollInterval: 100 * time.Millisecond, MaxAttempts: 3,
-		Routes: []relay.Route{{Consumer: b.cons, Match: func(et, at string) bool {
+		PollInterval: 100 * time.Millisecond, MaxAttempts: 3, BatchSize: batchSize,
+		Logger: slog.New(slog.DiscardHandler),
+		Routes: []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
 			return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
 		}}}})
 	if err != nil {
@@ -47,7 +50,7 @@ func (b *bundle) status(id int64) (outbox.Status, string) {
 // documents; poison ends failed with the reason while the others flow.
 func TestThroughRelay(t *testing.T) {
 	b := setup(t)
-	b.startRelay()
+	b.startRelay(b.cons, 0)
 	ids := make([]uuid.UUID, 20)
 	var evs []outbox.Event
 	for i := range ids {

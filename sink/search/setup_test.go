@@ -24,13 +24,14 @@ import (
 // customers definition and the customer example projection renamed), a
 // consumer writing to the real OpenSearch.
 type bundle struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	db    *testenv.DB
 	eng   indexer.Engine
 	def   *mapping.Def
 	alias string
 	cons  *search.Consumer
+	set   *projections.Set
 	w     *outbox.Writer
 }
 
@@ -39,9 +40,11 @@ type option func(d *mapping.Def)
 func hardDeletes(d *mapping.Def) { d.DeleteMode = mapping.DeleteHard }
 func perTenant(d *mapping.Def)   { d.Tenancy.Mode = mapping.TenancyPerTenant }
 
-func setup(t *testing.T, opts ...option) *bundle {
+func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
-	t.Parallel()
+	if tt, ok := t.(*testing.T); ok {
+		tt.Parallel()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	eng, err := indexer.New(config.Engine{URLs: []string{testenv.EngineURL(t)}}, nil)
@@ -91,7 +94,7 @@ func setup(t *testing.T, opts ...option) *bundle {
 		t.Fatal(err)
 	}
 	db := testenv.NewDB(t)
-	return &bundle{t: t, ctx: ctx, db: db, eng: eng, def: &def, alias: def.Alias, cons: cons,
+	return &bundle{t: t, ctx: ctx, db: db, eng: eng, def: &def, alias: def.Alias, cons: cons, set: set,
 		w: outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})}
 }
 
@@ -183,4 +186,19 @@ func (b *bundle) searchable(alias string, query string) int64 {
 
 func ch(id uuid.UUID, version int64, after map[string]any) customer.Change {
 	return customer.Change{ID: id, Version: version, After: after}
+}
+
+// consumer builds another consumer on the bundle's alias; mod changes its
+// configuration.
+func (b *bundle) consumer(mod func(c *search.Config)) *search.Consumer {
+	b.t.Helper()
+	cfg := search.Config{Engine: b.eng, Projections: b.set, Defs: mapping.Defs{b.alias: b.def}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := search.New(cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return c
 }

@@ -1,0 +1,170 @@
+package search_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+	"github.com/searchsync/searchsync/sink/search"
+)
+
+const benchBatch = 500
+
+// timed wraps a consumer and sums the time spent in Deliver and in the
+// engine's bulk requests.
+type timed struct {
+	*search.Consumer
+	deliver time.Duration
+}
+
+func (t *timed) Deliver(ctx context.Context, evs []*outbox.Event) []sink.Outcome {
+	start := time.Now()
+	out := t.Consumer.Deliver(ctx, evs)
+	t.deliver += time.Since(start)
+	return out
+}
+
+// produceMany writes events with the producer API, 1000 per transaction,
+// and returns them as stored.
+func (b *bundle) produceMany(evs []outbox.Event) []*outbox.Event {
+	var out []*outbox.Event
+	for start := 0; start < len(evs); start += 1000 {
+		out = append(out, b.produce(evs[start:min(start+1000, len(evs))]...)...)
+	}
+	return out
+}
+
+// waitPending waits until no event is pending and returns when that was seen.
+func (b *bundle) waitPending(timeout time.Duration) {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var n int
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM aa_outbox_event WHERE status = 'pending'`).Scan(&n); err != nil {
+			b.t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%d events still pending after %s", n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkEndToEnd measures events/s from the outbox to searchable
+// documents (relay → search consumer → OpenSearch, batch 500) and divides it
+// by the raw _bulk rate of the same documents (same ids, versions, batch
+// size, one request at a time) sent straight to a fresh index of the same
+// definition in the same run. Target: ratio >= 0.8.
+//
+//	go test -run '^$' -bench EndToEnd -benchtime 1x ./sink/search/
+func BenchmarkEndToEnd(b *testing.B) {
+	const n = 20000
+	for range b.N {
+		bd := setup(b)
+		evs := make([]outbox.Event, n)
+		for i := range evs {
+			evs[i] = customer.Created(ch(uuid.New(), int64(1+i%7), map[string]any{"status": "active",
+				"display_name": fmt.Sprintf("Customer %d", i), "email": fmt.Sprintf("c%d@example.org", i),
+				"credit_limit": i * 10, "address": map[string]any{"city": "Berlin", "country": "DE"}}))
+		}
+		stored := bd.produceMany(evs)
+
+		// Raw: the documents the consumer writes, straight to a fresh index.
+		ops := make([]indexer.BulkOp, 0, n)
+		for _, e := range stored {
+			r, err := bd.set.Project(e, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Doc["deleted"] = false
+			doc, _ := json.Marshal(r.Doc)
+			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, ID: r.ID, Version: r.Version, Doc: doc})
+		}
+		raw := testenv.Name(bd.alias + "_raw")
+		if err := mapping.CreatePhysical(bd.ctx, bd.eng, bd.def, raw, false); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { bd.eng.DeleteIndex(bd.ctx, raw) })
+
+		b.ResetTimer()
+		start := time.Now()
+		tc := &timed{Consumer: bd.cons}
+		bd.startRelay(tc, benchBatch)
+		// Like the raw side: everything written, then one refresh (polling
+		// with refreshes would slow the engine down).
+		bd.waitPending(5 * time.Minute)
+		if got := bd.searchable(bd.alias, ""); got != n {
+			b.Fatalf("%d documents searchable, want %d", got, n)
+		}
+		e2e := time.Since(start)
+		b.StopTimer()
+
+		rate, err := indexer.RawBulkRate(bd.ctx, bd.eng, raw, ops, benchBatch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e2eRate := float64(n) / e2e.Seconds()
+		b.ReportMetric(e2eRate, "e2e_events/s")
+		b.ReportMetric(rate.PerSecond, "raw_docs/s")
+		b.ReportMetric(e2eRate/rate.PerSecond, "ratio")
+		b.Logf("end to end: %d events in %s = %.0f events/s (%s in the consumer's Deliver); raw _bulk: %s; ratio %.2f",
+			n, e2e.Round(time.Millisecond), e2eRate, tc.deliver.Round(time.Millisecond), rate, e2eRate/rate.PerSecond)
+	}
+}
+
+// BenchmarkCoalescing measures a bursty workload — 100 customers, each
+// updated 50 times in a row (partial payloads) — through the relay with and
+// without coalescing.
+//
+//	go test -run '^$' -bench Coalescing -benchtime 1x ./sink/search/
+func BenchmarkCoalescing(b *testing.B) {
+	const aggs, burst = 100, 50
+	for _, coalesce := range []bool{true, false} {
+		b.Run(fmt.Sprintf("coalesce=%v", coalesce), func(b *testing.B) {
+			for range b.N {
+				bd := setup(b)
+				var evs []outbox.Event
+				for range aggs {
+					id := uuid.New()
+					evs = append(evs, customer.Created(ch(id, 1, map[string]any{"status": "active", "email": "x@example.org"})))
+					for v := int64(2); v <= burst; v++ {
+						evs = append(evs, customer.Updated(ch(id, v, map[string]any{"credit_limit": v})))
+					}
+				}
+				bd.produceMany(evs)
+				cons := bd.consumer(func(c *search.Config) { c.DisableCoalescing = !coalesce })
+				b.ResetTimer()
+				start := time.Now()
+				bd.startRelay(cons, benchBatch)
+				bd.waitPending(5 * time.Minute)
+				el := time.Since(start)
+				b.StopTimer()
+				if err := bd.eng.Refresh(bd.ctx, bd.alias); err != nil {
+					b.Fatal(err)
+				}
+				if n := bd.searchable(bd.alias, fmt.Sprintf(`{"term":{"credit_limit":%d}}`, burst)); n != aggs {
+					b.Fatalf("%d documents at their final version, want %d", n, aggs)
+				}
+				st := cons.Stats()
+				rate := float64(len(evs)) / el.Seconds()
+				b.ReportMetric(rate, "events/s")
+				b.ReportMetric(float64(len(evs))/float64(max(st.Writes, 1)), "events/write")
+				b.Logf("coalesce=%v: %d events in %s = %.0f events/s, %d document writes, %d events coalesced, %d _mget",
+					coalesce, len(evs), el.Round(time.Millisecond), rate, st.Writes, st.Coalesced, st.MGets)
+			}
+		})
+	}
+}
