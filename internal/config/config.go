@@ -7,6 +7,7 @@ package config
 import (
 	"bytes"
 	"cmp"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -401,6 +402,10 @@ func (c *Config) Validate() error {
 				v.add(key+".webhook.secret", "is required")
 			} else if name, ok := strings.CutPrefix(cons.Webhook.Secret, "env:"); ok && os.Getenv(name) == "" {
 				v.add(key+".webhook.secret", fmt.Sprintf("environment variable %s is empty", name))
+			} else if enc, ok := strings.CutPrefix(cons.Webhook.Secret, "whsec_"); ok {
+				if _, err := base64.StdEncoding.DecodeString(enc); err != nil || enc == "" {
+					v.add(key+".webhook.secret", "a whsec_ secret must be base64 after the prefix (Standard Webhooks)")
+				}
 			}
 			v.positiveDur(key+".webhook.timeout", cons.Webhook.Timeout)
 			v.positive(key+".webhook.concurrency", cons.Webhook.Concurrency)
