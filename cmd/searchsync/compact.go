@@ -27,7 +27,7 @@ func (c *CompactCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, e.cfg)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
 	if err != nil {
 		return err
 	}

@@ -3,29 +3,39 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/internal/config"
 )
 
+// connectTimeout bounds how long commands try to reach PostgreSQL.
+const connectTimeout = 10 * time.Second
+
 // openPool connects to the configured database with search_path set to the
-// outbox schema, and checks that the server answers.
-func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
+// outbox schema and fails, within timeout, with the host it tried when the
+// server does not answer.
+func openPool(ctx context.Context, db config.Database, timeout time.Duration) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
 	}
-	pc.ConnConfig.RuntimeParams["search_path"] = cfg.Database.Schema
-	pc.ConnConfig.RuntimeParams["application_name"] = "searchsync"
-	pc.MaxConns = cfg.Database.MaxConns
+	pc.ConnConfig.RuntimeParams["search_path"] = db.Schema
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = "searchsync"
+	}
+	pc.MaxConns = db.MaxConns
+	where := fmt.Sprintf("%s:%d (database %q, user %q)", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, pc.ConnConfig.User)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("database %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s: %w", where, err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("database %s:%d is unreachable: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL): %w", where, err)
 	}
 	return pool, nil
 }

@@ -36,7 +36,7 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, e.cfg)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 		e.logger.Info("demo: load generator stopped", "events_written", n)
 		loadDone <- err
 	}()
-	err = runRelay(ctx, e, 10*time.Second, func(addr string) {
+	err = runRelay(ctx, e, connectTimeout, func(addr string) {
 		fmt.Fprintf(os.Stderr, "\n  searchsync demo: %d customer events/s (creates, partial updates, deletes, bursts of %d)\n"+
 			"  dashboard:  http://%s/\n  metrics:    http://%s/metrics\n  status:     searchsync status\n"+
 			"  search:     searchsync search customers 'Lovelace'\n  stop:       Ctrl-C\n\n", c.Rate, c.BurstSize, addr, addr)

@@ -285,7 +285,7 @@ func openAdmin(ctx context.Context, g *Globals) (*env, *outbox.Admin, poolCloser
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pool, err := openPool(ctx, e.cfg)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -42,7 +42,7 @@ func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
 func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServing func(addr string)) error {
 	cfg, logger := e.cfg, e.logger
 
-	pool, err := openRelayPool(ctx, cfg.Database, connectTimeout)
+	pool, err := openPool(ctx, cfg.Database, connectTimeout)
 	if err != nil {
 		return err
 	}
@@ -103,28 +103,6 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 	defer cancel()
 	srv.Shutdown(shutCtx)
 	return runErr
-}
-
-// openPool connects to the database and fails with the host it tried when it
-// cannot reach it.
-func openRelayPool(ctx context.Context, db config.Database, timeout time.Duration) (*pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return nil, fmt.Errorf("database.url: %w", err)
-	}
-	pcfg.MaxConns = db.MaxConns
-	where := fmt.Sprintf("%s:%d (database %q, user %q)", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database, pcfg.ConnConfig.User)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s: %w", where, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL): %w", where, err)
-	}
-	return pool, nil
 }
 
 // checkSchema refuses a schema that is not migrated to this binary's version.

@@ -22,7 +22,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, e.cfg)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
 	if err != nil {
 		return err
 	}
