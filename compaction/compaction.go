@@ -20,11 +20,14 @@
 //
 // aa_job has a unique index on running (job_kind, job_key): a run starts by
 // inserting its running row, and a second run that finds the slot taken
-// reports ErrAlreadyRunning. A running row whose heartbeat is older than
+// reports ErrAlreadyRunning. A run refreshes heartbeat_at every
+// Config.StaleAfter/3, beside its batches (so a slow batch does not look like
+// a crash), and with every batch. A running row whose heartbeat is older than
 // Config.StaleAfter belongs to a crashed run: it is marked failed (with the
 // reason) and the new run takes over. A run whose row was taken over that way
-// notices it at its next batch (the heartbeat finds no running row), rolls the
-// batch back and stops.
+// (it was paused too long) stops as soon as its heartbeat finds no running
+// row; a batch in flight then is rolled back, because the batch's own
+// heartbeat, in its transaction, finds no running row either.
 package compaction
 
 import (
@@ -81,8 +84,9 @@ type Compactor struct {
 	q      queries
 	logger *slog.Logger
 
-	// beforeBatch, when set (tests), is called before each batch.
-	beforeBatch func(batch int)
+	// beforeBatch, when set (tests), is called before each batch with the
+	// run's context.
+	beforeBatch func(ctx context.Context, batch int)
 }
 
 // New returns a compactor on db. It fails when a value of cfg is out of range.
@@ -191,7 +195,17 @@ func (c *Compactor) Run(ctx context.Context) (*Result, error) {
 	}
 	log := c.logger.With("job_id", jobID)
 
-	runErr := c.deleteAll(ctx, jobID, res)
+	// The heartbeat goroutine keeps the row fresh however long a batch
+	// takes, and stops the run when the row is no longer ours.
+	runCtx, cancel := context.WithCancelCause(ctx)
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); c.heartbeat(runCtx, jobID, cancel) }()
+	runErr := c.deleteAll(runCtx, jobID, res)
+	cancel(nil)
+	<-hbDone
+	if errors.Is(context.Cause(runCtx), ErrTakenOver) {
+		runErr = fmt.Errorf("%w (job %d)", ErrTakenOver, jobID)
+	}
 	res.setDuration(time.Since(start))
 
 	state, errText := "succeeded", ""
@@ -213,6 +227,31 @@ func (c *Compactor) Run(ctx context.Context) (*Result, error) {
 	}
 	log.Info("compaction: done", "deleted", res.Deleted, "batches", res.Batches, "cutoff", res.Cutoff, "duration", res.Duration)
 	return res, nil
+}
+
+// heartbeat refreshes the job row every StaleAfter/3 until ctx ends; when
+// the row is no longer running (another run declared it stale) it cancels the
+// run with ErrTakenOver.
+func (c *Compactor) heartbeat(ctx context.Context, jobID int64, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(max(c.cfg.StaleAfter/3, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tag, err := c.db.Exec(ctx, c.q.touch, jobID)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				c.logger.Warn("compaction: heartbeat failed", "job_id", jobID, "error", err)
+			}
+		case tag.RowsAffected() == 0:
+			cancel(ErrTakenOver)
+			return
+		}
+	}
 }
 
 // startJob takes over a stale running row, if any, and inserts this run's row.
@@ -254,7 +293,7 @@ func (c *Compactor) deleteAll(ctx context.Context, jobID int64, res *Result) err
 	var last int64
 	for batch := 1; ; batch++ {
 		if c.beforeBatch != nil {
-			c.beforeBatch(batch)
+			c.beforeBatch(ctx, batch)
 		}
 		if err := ctx.Err(); err != nil {
 			return err

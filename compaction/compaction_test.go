@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,7 +185,7 @@ func TestOneRunAtATime(t *testing.T) {
 	release := make(chan struct{})
 	a := newCompactor(t, f.db, Config{BatchSize: 10, Owner: "instance-a"})
 	var once sync.Once
-	a.beforeBatch = func(int) {
+	a.beforeBatch = func(context.Context, int) {
 		once.Do(func() { close(inBatch); <-release })
 	}
 	b := newCompactor(t, f.db, Config{BatchSize: 10, Owner: "instance-b"})
@@ -261,7 +262,7 @@ func TestTakenOverRunStops(t *testing.T) {
 	paused := make(chan struct{})
 	release := make(chan struct{})
 	c := newCompactor(t, f.db, Config{BatchSize: 10})
-	c.beforeBatch = func(batch int) {
+	c.beforeBatch = func(_ context.Context, batch int) {
 		if batch == 2 {
 			close(paused)
 			<-release
@@ -295,12 +296,58 @@ func TestTakenOverRunStops(t *testing.T) {
 	}
 }
 
+// A run whose batch takes longer than StaleAfter keeps its row fresh (the
+// heartbeat runs beside the batches), so nobody takes it over; when its row
+// is taken from it all the same, the heartbeat stops it at once, mid-batch.
+func TestHeartbeatKeepsASlowRunAndStopsATakenOne(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const stale = 300 * time.Millisecond
+	paused := make(chan struct{})
+	var stopped atomic.Bool
+	c := newCompactor(t, f.db, Config{BatchSize: 10, StaleAfter: stale, Owner: "slow"})
+	c.beforeBatch = func(ctx context.Context, batch int) {
+		if batch == 2 {
+			close(paused)
+			<-ctx.Done() // a batch that never ends by itself
+			stopped.Store(true)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(t.Context())
+		done <- err
+	}()
+	<-paused
+	// Three stale periods later another run still finds it alive.
+	other := newCompactor(t, f.db, Config{BatchSize: 10, StaleAfter: stale, Owner: "other"})
+	deadline := time.Now().Add(3 * stale)
+	for time.Now().Before(deadline) {
+		if _, err := other.Run(t.Context()); !errors.Is(err, ErrAlreadyRunning) {
+			t.Fatalf("a run beside a slow but live one: %v, want already running", err)
+		}
+		time.Sleep(stale / 3)
+	}
+	// Its row is taken (as a takeover after a long pause would).
+	if _, err := f.db.Pool.Exec(t.Context(), `UPDATE aa_job SET state = 'failed', error = 'taken' WHERE owner = 'slow'`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTakenOver) || !stopped.Load() {
+			t.Fatalf("run: %v, want ErrTakenOver", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat did not stop a run whose row was taken")
+	}
+}
+
 func TestCancelledRunIsAborted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	c := newCompactor(t, f.db, Config{BatchSize: 10})
-	c.beforeBatch = func(batch int) {
+	c.beforeBatch = func(_ context.Context, batch int) {
 		if batch == 3 {
 			cancel()
 		}

@@ -62,6 +62,9 @@ const heartbeatSQL = `
 UPDATE {schema}.aa_job SET heartbeat_at = now(), progress = $2
 WHERE id = $1 AND state = 'running'`
 
+// touchSQL is the heartbeat between batches. $1 job id.
+const touchSQL = `UPDATE {schema}.aa_job SET heartbeat_at = now() WHERE id = $1 AND state = 'running'`
+
 // finishJobSQL closes the job. $1 id, $2 state, $3 result, $4 error.
 const finishJobSQL = `
 UPDATE {schema}.aa_job
@@ -83,7 +86,7 @@ SELECT EXISTS (
       AND started_at > now() - make_interval(secs => $2))`
 
 type queries struct {
-	abandonStale, startJob, runningJob, cutoff, deleteBatch, heartbeat, finishJob, count, recentRun string
+	abandonStale, startJob, runningJob, cutoff, deleteBatch, heartbeat, touch, finishJob, count, recentRun string
 }
 
 func newQueries(schema string) queries {
@@ -95,6 +98,7 @@ func newQueries(schema string) queries {
 		cutoff:       cutoffSQL,
 		deleteBatch:  r.Replace(deleteBatchSQL),
 		heartbeat:    r.Replace(heartbeatSQL),
+		touch:        r.Replace(touchSQL),
 		finishJob:    r.Replace(finishJobSQL),
 		count:        r.Replace(countSQL),
 		recentRun:    r.Replace(recentRunSQL),
