@@ -55,6 +55,7 @@ type Progress struct {
 	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
 	Stale          int64     `json:"stale"`        // writes the target already held (409)
 	Poison         int64     `json:"poison"`       // events the projections reject (skipped)
+	SeedNewer      int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
 	Rate           float64   `json:"rate_per_s"`   // docs/s of the current phase
 	ETA            string    `json:"eta,omitempty"`
 	UpdatedAt      time.Time `json:"updated_at"`
@@ -68,6 +69,15 @@ type Result struct {
 	OldDeleted  bool      `json:"old_deleted"`
 	Verify      *Report   `json:"verify,omitempty"`
 	Seconds     float64   `json:"seconds"`
+	Timings     Timings   `json:"timings"`
+	Progress    Progress  `json:"progress"` // the final figures
+}
+
+// Timings are the seconds each phase of this run took.
+type Timings struct {
+	Seed   float64 `json:"seed_s"`
+	Replay float64 `json:"replay_s"`
+	Verify float64 `json:"verify_s"`
 }
 
 // Job is a running reindex row held by this process.

@@ -144,6 +144,15 @@ type Reindexer struct {
 
 	mu       sync.Mutex // guards job.Progress
 	progress Progress
+	timings  Timings
+
+	// seeded holds the versions this run seeded: a replayed document whose
+	// final version is not newer is not written at all (it would be a 409).
+	// A resumed run that did not seed has none and relies on the 409s.
+	seededMu sync.Mutex
+	seeded   map[string]int64
+	prefetch *prefetch
+	skipped  atomic.Int64 // replayed documents not written because the seed was newer
 }
 
 // New checks cfg and returns a Reindexer.
@@ -160,7 +169,7 @@ func New(cfg Config) (*Reindexer, error) {
 		}
 		alias = a
 	}
-	r := &Reindexer{cfg: cfg, alias: alias, raw: newRaw(cfg.EngineConfig, cfg.HTTPClient), w: &writer{eng: cfg.Engine}}
+	r := &Reindexer{cfg: cfg, alias: alias, raw: newRaw(cfg.EngineConfig, cfg.HTTPClient), w: &writer{eng: cfg.Engine}, seeded: map[string]int64{}}
 	r.log = cfg.Logger.With("alias", alias)
 	r.aggTypes = aggregateTypes(cfg.Projections, cfg.Def.Alias)
 	return r, nil
@@ -402,16 +411,21 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	}
 
 	// 3. Seed from the live index (history compaction removed).
+	t0 := time.Now()
+	r.startPrefetch(ctx)
 	if !r.snapshot().SeedDone {
 		if err := r.seed(ctx, job.Params.Source); err != nil {
 			return nil, err
 		}
 	}
+	t1 := time.Now()
 
 	// 4. Replay the outbox up to the live watermark, pass after pass.
 	if err := r.replay(ctx); err != nil {
 		return nil, err
 	}
+	t2 := time.Now()
+	r.timings = Timings{Seed: t1.Sub(t0).Seconds(), Replay: t2.Sub(t1).Seconds()}
 
 	// 5. Completeness check.
 	r.setPhase(PhaseVerify)
@@ -419,6 +433,7 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.timings.Verify = time.Since(t2).Seconds()
 	if !report.OK {
 		return nil, &CheckError{Report: report}
 	}
@@ -461,7 +476,8 @@ func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report)
 	if d, err := time.ParseDuration(job.Params.KeepOld); err == nil && job.Resumed {
 		keep = d
 	}
-	res := &Result{OldIndex: job.Params.Source, NewIndex: r.target, DeleteAfter: time.Now().Add(max(keep, 0)).UTC(), Verify: report, Seconds: time.Since(start).Seconds()}
+	res := &Result{OldIndex: job.Params.Source, NewIndex: r.target, DeleteAfter: time.Now().Add(max(keep, 0)).UTC(), Verify: report,
+		Seconds: time.Since(start).Seconds(), Timings: r.timings, Progress: r.snapshot()}
 	r.setPhase(PhaseDone)
 	r.mu.Lock()
 	job.Progress = r.progress
@@ -561,6 +577,7 @@ func (r *Reindexer) snapshot() Progress {
 	p := r.progress
 	p.Stale = r.w.stale.Load()
 	p.Poison = r.poison.Load()
+	p.SeedNewer = r.skipped.Load()
 	return p
 }
 
@@ -602,6 +619,11 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 			}
 			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, Index: r.target, ID: h.ID, Version: h.Version, Routing: h.Routing, Doc: doc})
 		}
+		r.seededMu.Lock()
+		for _, h := range hits {
+			r.seeded[h.ID] = h.Version
+		}
+		r.seededMu.Unlock()
 		g.Go(func() error {
 			if err := r.w.bulk(gctx, ops); err != nil {
 				return err
@@ -632,6 +654,83 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 // replay reads the outbox after progress.LastID up to the watermark (the
 // max id when the pass starts) and writes the coalesced documents; passes
 // repeat until one finds less than a chunk of new events.
+// read is one chunk read and projected ahead of the writes.
+type read struct {
+	c     *chunk
+	order []string
+	steps map[string][]*projections.Result
+	err   error
+}
+
+// prefetch is a reader started before seeding (the events are read and
+// projected while the seed writes; nothing is written before the seed ends).
+type prefetch struct {
+	from, until int64
+	reads       <-chan read
+	cancel      context.CancelFunc
+}
+
+const readAhead = 8 // chunks read and projected ahead of the writes
+
+// reader reads the chunks of (from, until] in one goroutine and projects
+// them in another (each chunk on every core), so that reading, projecting
+// and writing overlap.
+func (r *Reindexer) reader(ctx context.Context, from, until int64) (<-chan read, context.CancelFunc) {
+	raws := make(chan read, 2)
+	reads := make(chan read, readAhead)
+	rctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(raws)
+		cur := from
+		for cur < until {
+			t := time.Now()
+			c, err := r.readChunk(rctx, cur, until)
+			if err == nil {
+				r.log.Debug("reindex: chunk read", "events", len(c.events), "read_ms", time.Since(t).Milliseconds())
+			}
+			select {
+			case raws <- read{c: c, err: err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+			cur = c.last
+		}
+	}()
+	go func() {
+		defer close(reads)
+		for rd := range raws {
+			if rd.err == nil {
+				t := time.Now()
+				rd.order, rd.steps = r.project(rd.c)
+				r.log.Debug("reindex: chunk projected", "events", len(rd.c.events), "project_ms", time.Since(t).Milliseconds())
+			}
+			select {
+			case reads <- rd:
+			case <-rctx.Done():
+				for range raws {
+				}
+				return
+			}
+		}
+	}()
+	return reads, cancel
+}
+
+// startPrefetch starts reading the first replay pass (from the recorded
+// cursor to the current watermark) while the seed runs.
+func (r *Reindexer) startPrefetch(ctx context.Context) {
+	var wm int64
+	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
+		return // the replay reads it again and reports the error
+	}
+	from := r.snapshot().LastID
+	reads, cancel := r.reader(ctx, from, wm)
+	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel}
+}
+
 func (r *Reindexer) replay(ctx context.Context) error {
 	r.setPhase(PhaseReplay)
 	cache := map[string]*docState{}
@@ -653,29 +752,20 @@ func (r *Reindexer) replay(ctx context.Context) error {
 		if cursor >= wm {
 			return nil
 		}
-		// Reads run ahead of the writes by one chunk.
-		type read struct {
-			c   *chunk
-			err error
-		}
-		reads := make(chan read, 1)
-		rctx, rcancel := context.WithCancel(ctx)
-		go func() {
-			defer close(reads)
-			cur := cursor
-			for cur < wm {
-				c, err := r.readChunk(rctx, cur, wm)
-				select {
-				case reads <- read{c, err}:
-				case <-rctx.Done():
-					return
+		var reads <-chan read
+		var rcancel context.CancelFunc
+		if pf := r.prefetch; pf != nil && pf.from == cursor {
+			reads, rcancel, wm = pf.reads, pf.cancel, pf.until
+			r.update(func(p *Progress) { p.Watermark = wm })
+		} else {
+			if pf != nil {
+				pf.cancel()
+				for range pf.reads {
 				}
-				if err != nil {
-					return
-				}
-				cur = c.last
 			}
-		}()
+			reads, rcancel = r.reader(ctx, cursor, wm)
+		}
+		r.prefetch = nil
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(r.cfg.Concurrency)
 		// done tracks the chunks in flight in order, so that LastID only
@@ -706,9 +796,11 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			if gctx.Err() != nil {
 				break
 			}
-			c := rd.c
-			order, steps := r.project(c)
+			c, order, steps := rd.c, rd.order, rd.steps
 			replayed.Add(int64(len(c.events)))
+			// Documents seeded at a version no event of the chunk exceeds
+			// are complete already.
+			order = r.skipSeeded(order, steps, cache)
 			// Bases the cache does not have come from the target (seeded
 			// documents, earlier live writes).
 			var need []string
@@ -718,7 +810,9 @@ func (r *Reindexer) replay(ctx context.Context) error {
 				}
 			}
 			if len(need) > 0 {
+				tm := time.Now()
 				found, err := r.cfg.Engine.MGet(gctx, r.target, need)
+				r.log.Debug("reindex: mget", "ids", len(need), "ms", time.Since(tm).Milliseconds())
 				if err != nil {
 					failed = fmt.Errorf("reindex: read current documents from %s: %w", r.target, err)
 					break
@@ -831,6 +925,39 @@ func (r *Reindexer) replay(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// skipSeeded drops the documents whose every step in the chunk is not newer
+// than the version seeded for them, and the steps older than it for the
+// others: seeding wrote a later state already.
+func (r *Reindexer) skipSeeded(order []string, steps map[string][]*projections.Result, cache map[string]*docState) []string {
+	if len(r.seeded) == 0 {
+		return order
+	}
+	out := order[:0]
+	for _, id := range order {
+		v, ok := r.seeded[id]
+		if !ok {
+			out = append(out, id)
+			continue
+		}
+		st := steps[id]
+		if st[len(st)-1].Version <= v {
+			r.skipped.Add(1)
+			continue
+		}
+		if _, cached := cache[id]; !cached {
+			// Only the events after the seeded version matter; the base
+			// is the seeded document (read from the target).
+			i := 0
+			for i < len(st) && st[i].Version <= v {
+				i++
+			}
+			steps[id] = st[i:]
+		}
+		out = append(out, id)
+	}
+	return out
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

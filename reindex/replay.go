@@ -3,9 +3,10 @@ package reindex
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,23 +102,38 @@ func (r *Reindexer) wants(res *projections.Result) bool {
 }
 
 // project turns a chunk into per-document steps, in order; events that do
-// not belong to the alias are dropped, poison is counted and logged.
+// not belong to the alias are dropped, poison is counted and logged. The
+// events are projected on every core; the steps keep the id order.
 func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*projections.Result) {
-	steps = map[string][]*projections.Result{}
-	for _, e := range c.events {
-		if r.cfg.Wants != nil && !r.cfg.Wants(e.EventType, e.AggregateType) {
-			continue
-		}
-		res, err := r.cfg.Projections.Project(e, []string{r.cfg.Def.Alias}, r.versionPath)
-		if err != nil {
-			r.poison.Add(1)
-			var pe *projections.PoisonError
-			if errors.As(err, &pe) && r.poison.Load() <= 10 {
-				r.log.Warn("reindex: event skipped, the projection rejects it", "event_id", e.ID, "reason", err.Error())
+	results := make([]*projections.Result, len(c.events))
+	workers := max(1, min(runtime.GOMAXPROCS(0), len(c.events)/200))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(c.events); i += workers {
+				e := c.events[i]
+				if r.cfg.Wants != nil && !r.cfg.Wants(e.EventType, e.AggregateType) {
+					continue
+				}
+				res, err := r.cfg.Projections.Project(e, []string{r.cfg.Def.Alias}, r.versionPath)
+				if err != nil {
+					if n := r.poison.Add(1); n <= 10 {
+						r.log.Warn("reindex: event skipped, the projection rejects it", "event_id", e.ID, "reason", err.Error())
+					}
+					continue
+				}
+				if r.wants(res) {
+					results[i] = res
+				}
 			}
-			continue
-		}
-		if !r.wants(res) {
+		}()
+	}
+	wg.Wait()
+	steps = map[string][]*projections.Result{}
+	for _, res := range results {
+		if res == nil {
 			continue
 		}
 		if _, ok := steps[res.ID]; !ok {

@@ -1,0 +1,97 @@
+package reindex
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/mapping"
+)
+
+var (
+	benchEvents    = flag.Int("reindex.events", 60000, "events written to the outbox for BenchmarkReindex")
+	benchCompacted = flag.Float64("reindex.compacted", 0.5, "share of the oldest events compacted before BenchmarkReindex (the rest is replayed, the live index seeds the remainder)")
+)
+
+// BenchmarkReindex measures the reindex rate (documents in the new index per
+// second of seeding + replaying) and divides it by the raw _bulk rate of the
+// same documents (same ids, versions, sources, batch size and concurrency)
+// sent straight to a fresh index of the same definition in the same run.
+//
+//	go test ./reindex -run '^$' -bench BenchmarkReindex -benchtime 1x [-reindex.events 60000]
+func BenchmarkReindex(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		benchOnce(b)
+	}
+}
+
+func benchOnce(tb testing.TB) {
+	b := setup(tb)
+	start := time.Now()
+	b.write(*benchEvents)
+	b.dispatchAll()
+	old := b.buildLive(b.def(nil))
+	removed := b.compact(*benchCompacted)
+	fmt.Fprintf(os.Stderr, "setup: %d events, %d compacted, live index %s built in %s\n", *benchEvents, removed, old, time.Since(start).Round(time.Millisecond))
+	tb.Logf("setup: %d events, %d compacted, live index %s built in %s", *benchEvents, removed, old, time.Since(start).Round(time.Millisecond))
+
+	cfg := b.config(b.def(emailAsText))
+	cfg.ChunkSize, cfg.BulkSize, cfg.Concurrency = 5000, 1000, 2
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: benchLevel()}))
+	r, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res, err := r.Run(b.ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fill := res.Timings.Seed + res.Timings.Replay
+
+	// The same documents, raw.
+	var ops []indexer.BulkOp
+	err = r.raw.scroll(b.ctx, res.NewIndex, nil, 1000, true, func(_ int64, hits []scrollHit) error {
+		for _, h := range hits {
+			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, ID: h.ID, Version: h.Version, Doc: json.RawMessage(h.Source)})
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rawIndex := mapping.PhysicalName(b.alias, 6)
+	if err := mapping.CreatePhysical(b.ctx, b.eng, cfg.Def, rawIndex, false); err != nil {
+		tb.Fatal(err)
+	}
+	rawRate, err := indexer.RawBulkRateConcurrent(b.ctx, b.eng, rawIndex, ops, cfg.BulkSize, cfg.Concurrency)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rate := float64(len(ops)) / fill
+	p := res.Progress
+	logf := func(format string, args ...any) {
+		tb.Logf(format, args...)
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
+	logf("reindex: %d docs (%d seeded, %d events replayed → %d writes, %d stale, %d older than the seed) in %.2fs (seed %.2fs + replay %.2fs): %.0f docs/s; check %.2fs",
+		len(ops), p.DocsSeeded, p.EventsReplayed, p.DocsWritten, p.Stale, p.SeedNewer, fill, res.Timings.Seed, res.Timings.Replay, rate, res.Timings.Verify)
+	logf("raw _bulk: %s", rawRate)
+	logf("ratio reindex/raw = %.2f", rate/rawRate.PerSecond)
+	if bb, ok := tb.(*testing.B); ok {
+		bb.ReportMetric(rate, "docs/s")
+		bb.ReportMetric(rawRate.PerSecond, "raw-docs/s")
+		bb.ReportMetric(rate/rawRate.PerSecond, "ratio")
+	}
+}
+
+func benchLevel() slog.Level {
+	if os.Getenv("REINDEX_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
