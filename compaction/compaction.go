@@ -47,7 +47,9 @@ import (
 // JobKind is aa_job.job_kind of a compaction run.
 const JobKind = "outbox_compact"
 
-// DB is what the compactor needs of a connection pool (*pgxpool.Pool).
+// DB is what the compactor needs of a connection pool (*pgxpool.Pool). It is
+// used from two goroutines at once (batches and heartbeat), so a single
+// *pgx.Conn will not do.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
