@@ -1,0 +1,151 @@
+package search_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink/search"
+)
+
+// tcpProxy forwards a local port to the engine; stop makes the engine
+// unreachable (connection refused, open connections cut), start brings it back.
+type tcpProxy struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, addr: "127.0.0.1:0", target: target, conns: map[net.Conn]bool{}}
+	p.start()
+	p.addr = p.ln.Addr().String()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *tcpProxy) start() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.pipe(c)
+		}
+	}()
+}
+
+func (p *tcpProxy) pipe(c net.Conn) {
+	u, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[u] = true, true
+	p.mu.Unlock()
+	go func() { io.Copy(u, c); u.Close() }()
+	io.Copy(c, u)
+	c.Close()
+}
+
+func (p *tcpProxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// The engine is down for 30 s, then back: nothing failed, nothing lost, the
+// backlog drains.
+func TestEngineOutage(t *testing.T) {
+	b := setup(t)
+	u, _ := url.Parse(testenv.EngineURL(t))
+	px := newProxy(t, u.Host)
+	eng, err := indexer.New(config.Engine{URLs: []string{"http://" + px.addr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := b.consumer(func(c *search.Config) {
+		c.Engine = eng
+		c.Writer = indexer.NewWriter(eng, indexer.WriterConfig{RetryElapsed: 3 * time.Second})
+	})
+
+	px.stop()
+	r, err := relay.New(b.db.Pool, relay.Config{Schema: b.db.Schema, Partitions: 2, LeaseTTL: 3 * time.Second,
+		PollInterval: 100 * time.Millisecond, BatchSize: 50,
+		Backoff: config.Backoff{Initial: time.Second, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.2},
+		Logger:  slog.New(slog.DiscardHandler),
+		Routes:  []relay.Route{{Consumer: cons}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	const n = 60
+	var evs []outbox.Event
+	for range n / 2 {
+		id := uuid.New()
+		evs = append(evs, customer.Created(ch(id, 1, map[string]any{"status": "draft"})),
+			customer.Updated(ch(id, 2, map[string]any{"status": "active"})))
+	}
+	b.produce(evs...)
+
+	count := func(status string) (n int) {
+		b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM aa_outbox_event WHERE status = $1`, status).Scan(&n)
+		return n
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		var tried int
+		b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM aa_outbox_event WHERE attempts > 0`).Scan(&tried)
+		return tried > 0
+	}, "deliveries attempted while the engine is down")
+	time.Sleep(30 * time.Second) // the outage itself, not a wait for a condition
+	if f := count("failed"); f != 0 {
+		t.Fatalf("%d events failed during the outage", f)
+	}
+	if d := count("dispatched"); d != 0 {
+		t.Fatalf("%d events dispatched while the engine was down", d)
+	}
+	px.start()
+	testenv.Eventually(t, 60*time.Second, func() bool { return count("dispatched") == n }, "backlog drained")
+	if f := count("failed"); f != 0 {
+		t.Fatalf("%d events failed", f)
+	}
+	if got := b.searchable(b.alias, `{"term":{"status":"active"}}`); got != n/2 {
+		t.Fatalf("%d documents, want %d", got, n/2)
+	}
+}
