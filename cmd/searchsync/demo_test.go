@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/searchsync/searchsync/internal/testenv"
+)
+
+// TestDemoRunsAndStopsOnInterrupt runs `searchsync demo` on the demo's own
+// configuration (with this test's schema, port and stream): documents become
+// searchable, the backlog drains, and Ctrl-C (SIGINT) stops it cleanly with
+// exit code 0.
+func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	engineURL := testenv.EngineURL(t)
+	addr := freeAddr(t)
+	stream := "DEMO_" + db.Schema
+	cmd := exec.Command(binary, "-c", "", "demo", "--rate", "100", "--burst", "1s")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "SEARCHSYNC_SCHEMA="+db.Schema, "SEARCHSYNC_HTTP_LISTEN="+addr,
+		"SEARCHSYNC_ENGINE_URL="+engineURL, "SEARCHSYNC_LOG_FORMAT=json")
+	// The demo's NATS stream and subjects are per test.
+	cfg, err := os.ReadFile("../../examples/demo/searchsync.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := writeConfig(t, string(cfg))
+	cfgText := string(cfg)
+	cfgText = strings.Replace(cfgText, "stream: DEMO_OUTBOX", "stream: "+stream, 1)
+	cfgText = strings.Replace(cfgText, `subject: "demo.{aggregate_type}.{event_type}"`, fmt.Sprintf(`subject: "%s.{aggregate_type}.{event_type}"`, db.Schema), 1)
+	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Args[2] = cfgFile
+	logFile := filepath.Join(t.TempDir(), "demo.log")
+	lf, _ := os.Create(logFile)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+		lf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("demo log:\n%s", b)
+		}
+	}()
+
+	// Documents arrive and the relay keeps up.
+	var dispatched int64
+	testenv.Eventually(t, 90*time.Second, func() bool {
+		db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM aa_outbox_event WHERE status = 'dispatched'`).Scan(&dispatched)
+		return dispatched >= 300
+	}, "demo dispatched only %d events", dispatched)
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("demo relay not ready: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	out, stderr, code := runCLI(t, []string{"DATABASE_URL=" + db.URL, "SEARCHSYNC_SCHEMA=" + db.Schema, "SEARCHSYNC_ENGINE_URL=" + engineURL},
+		"-c", cfgFile, "search", "customers", "--size", "1")
+	if code != 0 || !contains(out, "documents match in customers") {
+		t.Fatalf("search: %d %s %s", code, out, stderr)
+	}
+
+	// Ctrl-C stops it cleanly.
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("demo exited with %v after SIGINT", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("demo did not stop within 30 s of SIGINT")
+	}
+	var leases int
+	db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM aa_relay_lease WHERE owner IS NOT NULL AND expires_at > now()`).Scan(&leases)
+	if leases != 0 {
+		t.Errorf("%d partition leases still held after a clean stop", leases)
+	}
+}
