@@ -214,6 +214,9 @@ func opSize(op *BulkOp) int {
 // send delivers ops[idx...] (one request, then retries of what failed
 // temporarily) and fills out[idx...].
 func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
+	if ctx.Err() != nil {
+		return // NotAttempted
+	}
 	select {
 	case w.sem <- struct{}{}:
 	case <-ctx.Done():

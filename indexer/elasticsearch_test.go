@@ -16,7 +16,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
-func newElasticsearch(t *testing.T, url string) indexer.Engine {
+func newElasticsearch(t testing.TB, url string) indexer.Engine {
 	t.Helper()
 	e, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{url}}, nil)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
-func newOpenSearch(t *testing.T, url string) indexer.Engine {
+func newOpenSearch(t testing.TB, url string) indexer.Engine {
 	t.Helper()
 	e, err := indexer.New(config.Engine{Kind: "opensearch", URLs: []string{url}}, nil)
 	if err != nil {

@@ -170,7 +170,13 @@ func decodeMGet(index string, body []byte) (map[string]Doc, error) {
 	out := make(map[string]Doc, len(resp.Docs))
 	for _, d := range resp.Docs {
 		if d.Error != nil {
-			return nil, &EngineError{Op: "mget " + index + " id " + d.ID, Status: 500, Type: d.Error.Type, Reason: d.Error.text()}
+			// Per-document errors carry no status; a missing index is the
+			// common one.
+			status := http.StatusInternalServerError
+			if d.Error.Type == "index_not_found_exception" {
+				status = http.StatusNotFound
+			}
+			return nil, &EngineError{Op: "mget " + index + " id " + d.ID, Status: status, Type: d.Error.Type, Reason: d.Error.text()}
 		}
 		if d.Found {
 			out[d.ID] = Doc{Source: d.Source, Version: d.Version}

@@ -22,7 +22,7 @@ import (
 )
 
 // NewEngine returns an adapter that talks to the engine at url.
-type NewEngine func(t *testing.T, url string) indexer.Engine
+type NewEngine func(t testing.TB, url string) indexer.Engine
 
 // Run runs the contract suite against the engine at url. Every test creates
 // its own uniquely named indexes and deletes them at cleanup, and runs in
