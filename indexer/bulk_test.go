@@ -331,4 +331,3 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
-
