@@ -805,7 +805,9 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			// documents, earlier live writes).
 			var need []string
 			for _, id := range order {
-				if _, ok := cache[id]; !ok && steps[id][0].Partial && steps[id][0].Op == projections.OpIndex {
+				first := steps[id][0]
+				if _, ok := cache[id]; !ok && ((first.Op == projections.OpIndex && first.Partial) ||
+					(first.Op == projections.OpDelete && r.cfg.Def.DeleteMode == mapping.DeleteSoft)) {
 					need = append(need, id)
 				}
 			}
@@ -838,12 +840,14 @@ func (r *Reindexer) replay(ctx context.Context) error {
 					st = &docState{}
 					cache[id] = st
 				}
-				op, err := r.apply(id, st, steps[id])
+				op, ok, err := r.apply(id, st, steps[id])
 				if err != nil {
 					failed = err
 					break
 				}
-				ops = append(ops, op)
+				if ok {
+					ops = append(ops, op)
+				}
 			}
 			if failed != nil {
 				break

@@ -147,62 +147,83 @@ func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*proje
 func (r *Reindexer) versionPath(string) string { return r.cfg.Def.VersionPath }
 
 // apply runs the steps of one document onto st (coalescing) and returns the
-// op that writes the result.
-func (r *Reindexer) apply(id string, st *docState, steps []*projections.Result) (indexer.BulkOp, error) {
+// op that writes the result, or ok false when no step is newer than st.
+// It builds documents exactly as the search consumer does (sink/search:
+// resolve and fold), so that replayed documents equal live ones: the tenant
+// field is filled in when the projection did not set it, a soft-delete
+// index gets "<tombstone_field>": false on every write and true on a delete
+// (the last state plus the flag), and a step not newer than the state is
+// skipped.
+func (r *Reindexer) apply(id string, st *docState, steps []*projections.Result) (op indexer.BulkOp, ok bool, err error) {
 	def := r.cfg.Def
+	maxVersion := st.version
+	applied := 0
 	for _, s := range steps {
+		if s.Op == projections.OpIgnore {
+			continue
+		}
+		if s.Version <= maxVersion && (maxVersion > 0 || applied > 0) {
+			continue
+		}
+		maxVersion = s.Version
+		applied++
 		switch s.Op {
 		case projections.OpIndex:
-			if s.Partial && st.known && !st.deleted {
-				st.doc = projections.DeepMerge(st.doc, s.Doc)
+			doc := s.Doc
+			if def.Tenancy.Mode == mapping.TenancyShared && s.Tenant != "" {
+				if _, ok := projections.Lookup(doc, def.Tenancy.Field); !ok {
+					doc = projections.Clone(doc)
+					if doc == nil {
+						doc = map[string]any{}
+					}
+					projections.SetPath(doc, def.Tenancy.Field, s.Tenant)
+				}
+			}
+			if s.Partial {
+				st.doc = projections.DeepMerge(st.doc, doc)
 			} else {
-				// A full state, or a partial one without a known base (every
-				// earlier event compacted and no document to seed from): the
-				// fields it carries are all there is.
-				st.doc = projections.Clone(s.Doc)
+				st.doc = projections.Clone(doc)
 				if st.doc == nil {
 					st.doc = map[string]any{}
 				}
-				st.known = true
 			}
 			st.deleted = false
 			if def.DeleteMode == mapping.DeleteSoft {
-				delete(st.doc, def.TombstoneField)
-			}
-			if def.Tenancy.Mode == mapping.TenancyShared && s.Tenant != "" {
-				st.doc[def.Tenancy.Field] = s.Tenant
+				st.doc[def.TombstoneField] = false
 			}
 		case projections.OpDelete:
 			st.deleted = true
-			if st.doc == nil {
-				st.doc = map[string]any{}
-			}
-			if def.Tenancy.Mode == mapping.TenancyShared && s.Tenant != "" {
-				st.doc[def.Tenancy.Field] = s.Tenant
+			if def.DeleteMode == mapping.DeleteSoft {
+				if st.doc == nil {
+					st.doc = map[string]any{}
+				}
+				if s.Tenant != "" && def.Tenancy.Mode == mapping.TenancyShared {
+					if _, ok := projections.Lookup(st.doc, def.Tenancy.Field); !ok {
+						projections.SetPath(st.doc, def.Tenancy.Field, s.Tenant)
+					}
+				}
+				st.doc[def.TombstoneField] = true
+			} else {
+				st.doc = nil
 			}
 		}
+		st.known = true
 		st.version = s.Version
 	}
-	op := indexer.BulkOp{Index: r.target, ID: id, Version: st.version, Routing: st.routing}
-	switch {
-	case st.deleted && def.DeleteMode == mapping.DeleteHard:
-		op.Type = indexer.OpDelete
-	case st.deleted:
-		doc := projections.Clone(st.doc)
-		doc[def.TombstoneField] = true
-		b, err := json.Marshal(doc)
-		if err != nil {
-			return op, fmt.Errorf("reindex: document %s: %w", id, err)
-		}
-		op.Type, op.Doc = indexer.OpIndex, b
-	default:
-		b, err := json.Marshal(st.doc)
-		if err != nil {
-			return op, fmt.Errorf("reindex: document %s: %w", id, err)
-		}
-		op.Type, op.Doc = indexer.OpIndex, b
+	if applied == 0 {
+		return op, false, nil
 	}
-	return op, nil
+	op = indexer.BulkOp{Index: r.target, ID: id, Version: st.version, Routing: st.routing}
+	if st.deleted && def.DeleteMode == mapping.DeleteHard {
+		op.Type = indexer.OpDelete
+		return op, true, nil
+	}
+	b, err := json.Marshal(st.doc)
+	if err != nil {
+		return op, false, fmt.Errorf("reindex: document %s: %w", id, err)
+	}
+	op.Type, op.Doc = indexer.OpIndex, b
+	return op, true, nil
 }
 
 // rate is a moving docs/s figure.
