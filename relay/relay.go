@@ -259,6 +259,25 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 	return ctx, func() { stop(); cancel() }
 }
 
+func scanEvents(rows pgx.Rows, into []claimed) ([]claimed, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var ce claimed
+		e := &ce.ev
+		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
+			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
+			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
+			return nil, err
+		}
+		e.Status = outbox.StatusPending
+		into = append(into, ce)
+	}
+	return into, rows.Err()
+}
+
+// claim reads the next deliverable events of the claimable partitions, in id
+// order, and how many candidates the first statement found (a full claim
+// means more work is waiting).
 func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) {
 	q := r.q.claimOwned
 	if c.all {
@@ -269,25 +288,13 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	var cand []claimed
-	for rows.Next() {
-		var ce claimed
-		e := &ce.ev
-		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
-			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
-			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
-			rows.Close()
-			return nil, 0, err
-		}
-		e.Status = outbox.StatusPending
-		cand = append(cand, ce)
-	}
-	if err := rows.Err(); err != nil {
+	cand, err := scanEvents(rows, nil)
+	if err != nil {
 		return nil, 0, err
 	}
 	scanned := len(cand)
 
-	// Keep, per aggregate, the unbroken run from its head.
+	// Per aggregate, its first undelivered ids (as many as it has candidates).
 	type aggKey struct {
 		t string
 		a uuid.UUID
@@ -307,7 +314,7 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 		}
 		count[k]++
 	}
-	ok := map[int64]bool{}
+	var heads [][]int64
 	if len(keys) > 0 {
 		ts := make([]string, len(keys))
 		as := make([]uuid.UUID, len(keys))
@@ -322,17 +329,48 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 		var t string
 		var a uuid.UUID
 		var ids []int64
-		_, err = pgx.ForEachRow(hrows, []any{&t, &a, &ids}, func() error {
+		if _, err := pgx.ForEachRow(hrows, []any{&t, &a, &ids}, func() error {
+			heads = append(heads, slices.Clone(ids))
+			return nil
+		}); err != nil {
+			return nil, 0, err
+		}
+	}
+
+	// Undelivered events in front of candidates that the LIMIT left out: read
+	// them too (those that are pending and available; a failed or future one
+	// stops its aggregate below).
+	var missing []int64
+	for _, ids := range heads {
+		if len(ids) > 0 && !inCand[ids[0]] {
 			for _, id := range ids {
 				if !inCand[id] {
-					break
+					missing = append(missing, id)
 				}
-				ok[id] = true
 			}
-			return nil
-		})
+		}
+	}
+	if len(missing) > 0 {
+		frows, err := r.pool.Query(ctx, r.q.fetch, r.cfg.Partitions, missing)
 		if err != nil {
 			return nil, 0, err
+		}
+		if cand, err = scanEvents(frows, cand); err != nil {
+			return nil, 0, err
+		}
+		for _, ce := range cand[scanned:] {
+			inCand[ce.ev.ID] = true
+		}
+	}
+
+	// Keep, per aggregate, the unbroken run from its head.
+	ok := map[int64]bool{}
+	for _, ids := range heads {
+		for _, id := range ids {
+			if !inCand[id] {
+				break
+			}
+			ok[id] = true
 		}
 	}
 	out := cand[:0]

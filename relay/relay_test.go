@@ -297,3 +297,37 @@ func TestRefusesAnotherPartitionCount(t *testing.T) {
 		t.Errorf("Run with 4 partitions beside a relay with 8: %v", err)
 	}
 }
+
+// A retried head becomes available later than the events behind it, so a
+// claim by available_at finds the followers first. The head must still be
+// found, and the followers must not crowd out other aggregates.
+func TestRetriedHeadBehindItsFollowersIsNotStarved(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	a, b := uuid.New(), uuid.New()
+	var evs []outbox.Event
+	for i := range 250 {
+		evs = append(evs, event(&a, "entity.customer.updated", "DDM_ENTITY", i))
+	}
+	idsA := write(t, db, evs...)
+	idsB := write(t, db, event(&b, "entity.customer.updated", "DDM_ENTITY", 1), event(&b, "entity.customer.updated", "DDM_ENTITY", 2))
+	ctx := context.Background()
+	// As after two failed tries: the head's available_at is now, the
+	// followers' an hour ago; B's events sort after all of A's followers.
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET available_at = now() - interval '1 hour' WHERE id = ANY($1)`, idsA[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET attempts = 2, last_error = 'hook: HTTP 503', available_at = now() WHERE id = $1`, idsA[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET available_at = now() - interval '1 minute' WHERE id = ANY($1)`, idsB); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fast()
+	cfg.BatchSize = 50
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	start(t, db, cfg)
+	testenv.Eventually(t, 30*time.Second, func() bool { return rc.distinct() == len(idsA)+len(idsB) }, "all delivered (have %d)", rc.distinct())
+	rc.checkOrder(t)
+}

@@ -38,10 +38,7 @@ WITH blocker AS (
 	        AND status >= (SELECT 'pending'::{s}.outbox_status)) b
 	GROUP BY aggregate_type, aggregate_id
 )
-SELECT ` + partitionExpr + ` AS part,
-       e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
-       e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
-       e.available_at, e.created_at, e.created_by
+SELECT ` + eventColumns + `
 FROM {s}.aa_outbox_event e
 WHERE e.status = 'pending' AND e.available_at <= now()
   {partition_filter}
@@ -50,6 +47,22 @@ WHERE e.status = 'pending' AND e.available_at <= now()
                     AND b.first_id < e.id)
 ORDER BY e.available_at, e.id
 LIMIT $3`
+
+// eventColumns is what a claim reads of an event, its partition first.
+const eventColumns = partitionExpr + ` AS part,
+       e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
+       e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
+       e.available_at, e.created_at, e.created_by`
+
+// fetchSQL reads the events $2 that are still pending and available: the
+// heads (and the runs behind them) of aggregates whose later events were
+// candidates while the heads themselves lay beyond the LIMIT (a retried head
+// is available later than the events behind it). Without it such an
+// aggregate could fill every claim with events that cannot go.
+const fetchSQL = `
+SELECT ` + eventColumns + `
+FROM {s}.aa_outbox_event e
+WHERE e.id = ANY($2::bigint[]) AND e.status = 'pending' AND e.available_at <= now()`
 
 // headsSQL returns, per aggregate of a claim, its first n undelivered event
 // ids in id order (n = how many candidates it has), through the partial index
@@ -127,7 +140,7 @@ WHERE owner = $1 AND partition = ANY($2::int[])`
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	claimAll, claimOwned, heads, ack                      string
+	claimAll, claimOwned, heads, fetch, ack               string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 }
@@ -138,6 +151,7 @@ func newQueries(schema string) queries {
 		claimAll:            r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND $2::int[] IS NOT NULL", 1)),
 		claimOwned:          r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND "+partitionExpr+" = ANY($2::int[])", 1)),
 		heads:               r.Replace(headsSQL),
+		fetch:               r.Replace(fetchSQL),
 		ack:                 r.Replace(ackSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),
