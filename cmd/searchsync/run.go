@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/searchsync/searchsync/compaction"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
 	"github.com/searchsync/searchsync/reindex"
@@ -74,6 +75,11 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 		return err
 	}
 	go obs.sampler.Run(ctx)
+	comp, err := compaction.New(pool, compactionConfig(e))
+	if err != nil {
+		return err
+	}
+	go compaction.NewScheduler(comp).Run(ctx) // returns at once when compaction.interval < 0
 	drift, err := newDriftWatcher(cfg, logger)
 	if err != nil {
 		return err
