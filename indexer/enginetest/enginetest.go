@@ -12,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +40,7 @@ func Run(t *testing.T, url string, newEngine NewEngine) {
 	t.Run("MGet", s.testMGet)
 	t.Run("SearchThroughFilteredAlias", s.testSearchThroughFilteredAlias)
 	t.Run("EngineDown", s.testEngineDown)
+	t.Run("EngineComesBack", s.testEngineComesBack)
 }
 
 type suite struct {
@@ -417,6 +421,39 @@ func (s *suite) testEngineDown(t *testing.T) {
 	if err := eng.Ping(cc); err == nil || indexer.IsTemporary(err) || !errors.Is(err, context.Canceled) {
 		t.Errorf("ping with a cancelled context: %v; want context.Canceled, not temporary", err)
 	}
+}
+
+// An adapter made while the engine was down works as soon as the engine is
+// back (the clients must not keep a dead node out of use for long).
+func (s *suite) testEngineComesBack(t *testing.T) {
+	t.Parallel()
+	c := ctx(t)
+	down := ClosedURL(t)
+	eng := s.newEngine(t, down)
+	if err := eng.Ping(c); !indexer.IsTransport(err) {
+		t.Fatalf("ping while down: %v; want a transport error", err)
+	}
+	_, err := eng.Bulk(c, []indexer.BulkOp{index("x", "1", 1, `{}`)})
+	if !indexer.IsTransport(err) {
+		t.Fatalf("bulk while down: %v; want a transport error", err)
+	}
+	// The engine comes back on the same address (a plain pass-through proxy
+	// to the real node, listening where nothing listened).
+	target, _ := url.Parse(s.url)
+	l, err := net.Listen("tcp", strings.TrimPrefix(down, "http://"))
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", down, err)
+	}
+	srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(target)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	start := time.Now()
+	testenv.Eventually(t, 15*time.Second, func() bool { return eng.Ping(c) == nil }, "ping succeeds once the engine is back")
+	idx := s.newIndex(t, eng, "h1")
+	if res, err := eng.Bulk(c, []indexer.BulkOp{index(idx, "1", 1, `{}`)}); err != nil || res[0].Status != 201 {
+		t.Fatalf("bulk after the engine came back: %v, %v", res, err)
+	}
+	t.Logf("usable %s after the engine came back", time.Since(start).Round(time.Millisecond))
 }
 
 // ClosedURL returns the URL of a local port nothing listens on.
