@@ -360,3 +360,52 @@ func cloneMap(m map[string]any) map[string]any {
 	}
 	return out
 }
+
+// FieldType returns the mapped type of a dotted document path ("address.city")
+// as the definition declares it: "object" for a field with properties and no
+// type, "" when the definition does not map it.
+func (d *Def) FieldType(path string) string {
+	props, _ := d.mappingsAsCreated()["properties"].(map[string]any)
+	segs := strings.Split(path, ".")
+	for i, seg := range segs {
+		f, ok := props[seg].(map[string]any)
+		if !ok {
+			return ""
+		}
+		if i == len(segs)-1 {
+			if t, ok := f["type"].(string); ok {
+				return t
+			}
+			if _, ok := f["properties"]; ok {
+				return "object"
+			}
+			return ""
+		}
+		props, _ = f["properties"].(map[string]any)
+	}
+	return ""
+}
+
+// compatible lists the mapping types a projection field type may land in.
+var compatible = map[string][]string{
+	"keyword": {"keyword", "constant_keyword", "wildcard", "text", "match_only_text"},
+	"text":    {"text", "match_only_text", "keyword", "wildcard", "search_as_you_type"},
+	"long":    {"long", "integer", "short", "byte", "unsigned_long", "double", "float", "half_float", "scaled_float", "keyword"},
+	"double":  {"double", "float", "half_float", "scaled_float"},
+	"boolean": {"boolean", "keyword"},
+	"date":    {"date", "date_nanos"},
+	"object":  {"object", "nested", "flattened", "flat_object"},
+}
+
+// CheckFieldType reports an error when a projection field of type want
+// lands on a path that the definition maps with an incompatible type.
+func (d *Def) CheckFieldType(path, want string) error {
+	got := d.FieldType(path)
+	if got == "" || want == "" {
+		return nil
+	}
+	if slices.Contains(compatible[want], got) {
+		return nil
+	}
+	return fmt.Errorf("field %s is declared %s but index %s maps it as %s (%s)", path, want, d.Alias, got, d.Source)
+}

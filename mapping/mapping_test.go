@@ -144,3 +144,21 @@ func TestEnsureConcurrent(t *testing.T) {
 		t.Fatalf("targets %v %v", targets, err)
 	}
 }
+
+func TestCheckFieldType(t *testing.T) {
+	t.Parallel()
+	defs, err := mapping.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := defs["customers"]
+	for path, want := range map[string]string{"code": "keyword", "credit_limit": "long", "address.city": "keyword",
+		"address": "object", "deleted": "boolean", "unmapped": "long", "updated_at": "date"} {
+		if err := d.CheckFieldType(path, want); err != nil {
+			t.Errorf("%s %s: %v", path, want, err)
+		}
+	}
+	if err := d.CheckFieldType("credit_limit", "date"); err == nil || !strings.Contains(err.Error(), "field credit_limit is declared date but index customers maps it as long") {
+		t.Fatalf("err = %v", err)
+	}
+}

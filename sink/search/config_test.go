@@ -16,6 +16,7 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -88,6 +89,23 @@ routes: [{consumer: search, event_types: ["entity.customer.*"]}]
 	// A search consumer whose index no projection writes stops start-up.
 	cfg.Consumers[0].Search.Indexes = []string{"orders"}
 	if _, err := search.FromConfig(ctx, cfg, cfg.Consumers[0], search.Options{}); err == nil || !strings.Contains(err.Error(), `no projection writes index "orders"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A projection field type that does not fit the index mapping stops
+// start-up with the projection, field and index named.
+func TestNewRejectsTypeMismatch(t *testing.T) {
+	t.Parallel()
+	defs, _ := mapping.Load("")
+	set := projections.NewSet()
+	if err := set.Add(projections.Projection{Name: "c", EventTypes: []string{"entity.customer.*"}, Index: "customers",
+		Fields: []projections.Field{{From: "after.limit", To: "credit_limit", Type: projections.TypeDate}}}); err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := indexer.New(config.Engine{URLs: []string{testenv.EngineURL(t)}}, nil)
+	_, err := search.New(search.Config{Engine: eng, Projections: set, Defs: defs})
+	if err == nil || !strings.Contains(err.Error(), "projection c: field credit_limit is declared date but index customers maps it as long") {
 		t.Fatalf("err = %v", err)
 	}
 }

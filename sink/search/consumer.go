@@ -119,6 +119,23 @@ func New(cfg Config) (*Consumer, error) {
 			return nil, fmt.Errorf("search consumer %s: index %q has no definition (known: %v)", c.cfg.Name, ix, cfg.Defs.Names())
 		}
 	}
+	// Declared field types must fit the mappings: caught at start-up rather
+	// than as poison at the first event.
+	var errs []error
+	for _, p := range cfg.Projections.Projections() {
+		def := cfg.Defs[p.Index]
+		if def == nil || !slices.Contains(c.indexes, p.Index) {
+			continue
+		}
+		for _, f := range p.Fields {
+			if err := def.CheckFieldType(f.To, string(f.Type)); err != nil {
+				errs = append(errs, fmt.Errorf("projection %s: %w", p.Name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("search consumer %s: %w", c.cfg.Name, err)
+	}
 	return c, nil
 }
 
