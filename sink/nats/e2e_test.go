@@ -64,6 +64,7 @@ func searchsyncBinary(t *testing.T) string {
 // requests per event id, remembering the order of first arrivals.
 type hookReceiver struct {
 	mu       sync.Mutex
+	active   map[string]int // requests in progress per path
 	requests int
 	count    map[int64]int
 	first    []int64
@@ -71,8 +72,16 @@ type hookReceiver struct {
 }
 
 func newHookReceiver(t *testing.T, latency time.Duration) (*hookReceiver, string) {
-	rc := &hookReceiver{count: map[int64]int{}, agg: map[int64]string{}}
+	rc := &hookReceiver{count: map[int64]int{}, agg: map[int64]string{}, active: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc.mu.Lock()
+		rc.active[r.URL.Path]++
+		rc.mu.Unlock()
+		defer func() {
+			rc.mu.Lock()
+			rc.active[r.URL.Path]--
+			rc.mu.Unlock()
+		}()
 		time.Sleep(latency) // a receiver's work; keeps batches in flight for a while
 		body, _ := io.ReadAll(r.Body)
 		if err := webhook.Verify(e2eSecret, r.Header, body); err != nil {
@@ -318,8 +327,11 @@ func TestRelayKilledMidRun(t *testing.T) {
 	stream, prefix := names(t)
 	t.Cleanup(func() { deleteStream(t, natsURL, stream) })
 	hook, hookURL := newHookReceiver(t, 2*time.Millisecond)
-	cfg := e2eConfig(t, db, hookURL, natsURL, stream, prefix,
-		"{lease_ttl: 3s, poll_interval: 200ms, batch_size: 500, backoff: {initial: 200ms, max: 2s}}")
+	// Each relay posts to its own path, so the receiver knows which relay
+	// has a batch in flight.
+	relayYAML := "{lease_ttl: 3s, poll_interval: 200ms, batch_size: 500, backoff: {initial: 200ms, max: 2s}}"
+	cfgA := e2eConfig(t, db, hookURL+"/a", natsURL, stream, prefix, relayYAML)
+	cfgB := e2eConfig(t, db, hookURL+"/b", natsURL, stream, prefix, relayYAML)
 	env := append(relayEnv(db, natsURL), "SEARCHSYNC_LOG_LEVEL=debug") // the queue logs every duplicate at debug
 
 	aggs := make([]uuid.UUID, aggregates)
@@ -331,16 +343,23 @@ func TestRelayKilledMidRun(t *testing.T) {
 	produced := make(chan error, 1)
 	go func() { produced <- produce(ctx, t, db, aggs, events, 100, 10*time.Millisecond) }()
 
-	a := startRelay(t, cfg, "relay-a", env...)
-	b := startRelay(t, cfg, "relay-b", env...)
+	a := startRelay(t, cfgA, "relay-a", env...)
+	b := startRelay(t, cfgB, "relay-b", env...)
 
 	// Kill relay a once the queue holds a fifth of the events, at a moment
-	// when the stream holds events that are not acknowledged yet (a batch is
-	// between publish and ack: the webhook is slower than the queue).
+	// when a batch of relay a is between publish and ack: its webhook
+	// requests are in progress (the webhook is slower than the queue) and
+	// the stream holds events that are not acknowledged yet.
 	testenv.Eventually(t, 2*time.Minute, func() bool {
+		hook.mu.Lock()
+		busy := hook.active["/a"] > 0
+		hook.mu.Unlock()
+		if !busy {
+			return false
+		}
 		n := streamMsgs(t, natsURL, stream)
 		return n >= events/5 && n > uint64(counts(t, db).dispatched)
-	}, "the stream never reached %d messages with a batch in flight", events/5)
+	}, "relay-a never had a batch in flight after %d messages", events/5)
 	a.signal(syscall.SIGKILL)
 	<-a.done
 	t.Logf("relay-a killed with SIGKILL; stream held %d messages, %+v", streamMsgs(t, natsURL, stream), counts(t, db))
@@ -377,6 +396,9 @@ func TestRelayKilledMidRun(t *testing.T) {
 	}
 	t.Logf("stream: %d messages for %d events, %d redeliveries to the queue dropped by the duplicate window; webhook: %d requests for %d events",
 		n, events, dups, hook.requests, len(hook.count))
+	if dups == 0 {
+		t.Errorf("relay-a was killed with a batch in flight, yet relay-b redelivered nothing to the queue")
+	}
 }
 
 // TestNatsOutage: NATS stopped for 20 s and started again while events keep
