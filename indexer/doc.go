@@ -1,0 +1,20 @@
+// Package indexer owns searchsync's conversation with the search engine: the
+// Engine seam (engine.go) and its two adapters — OpenSearch 2 through
+// opensearch-go/v4 and Elasticsearch 8 through go-elasticsearch/v8 — which
+// share one wire format (wire.go: NDJSON _bulk with version_type=external,
+// _mget, index definitions, aliases, search, count); the bulk Writer that
+// batches ops, bounds concurrency, reads every item of every answer and
+// classifies it (Classify); and RawBulkRate, the engine's own _bulk rate used
+// as the denominator of the end-to-end benchmark.
+//
+// Errors: an answer of the engine with status >= 400 is an *EngineError
+// (status, the engine's error type and reason); no answer at all is a
+// *TransportError; IsTemporary says whether retrying can help (transport
+// failures, 429, 5xx). The clients' own retries are off, so that retrying
+// happens in one place (the Writer, then the relay) with backoff.
+//
+// The contract suite in enginetest runs against real engines: OpenSearch
+// directly, Elasticsearch 8 where Docker is available, and the Elasticsearch
+// adapter also against the OpenSearch node through a test-only proxy that
+// adds the X-Elastic-Product header the v8 client insists on.
+package indexer
