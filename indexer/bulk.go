@@ -223,7 +223,11 @@ func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcom
 		return // NotAttempted
 	}
 	defer func() { <-w.sem }()
+	w.sendHeld(ctx, ops, idx, out)
+}
 
+// sendHeld is send with the request slot already held.
+func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(w.cfg.RetryInitial),
 		backoff.WithMaxInterval(w.cfg.RetryMax),
@@ -245,6 +249,13 @@ func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcom
 			switch {
 			case ctx.Err() != nil:
 				w.finish(out, pending, Outcome{Outcome: sink.Retryf("bulk interrupted: %v", err), Attempts: attempt})
+				return
+			case isEngine && ee.Status == http.StatusRequestEntityTooLarge && len(pending) > 1:
+				// Over http.max_content_length: halve until it fits (a
+				// single op that is still too large is poison).
+				mid := len(pending) / 2
+				w.sendHeld(ctx, ops, pending[:mid], out)
+				w.sendHeld(ctx, ops, pending[mid:], out)
 				return
 			case isEngine && !ee.Temporary():
 				// The whole request was refused (not an item): nothing

@@ -331,3 +331,46 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// limitProxy is a TEST-ONLY proxy to the real node that answers 413 with an
+// empty body (what the node's HTTP layer does above http.max_content_length,
+// a static node setting) for request bodies over max bytes, and passes the
+// rest through unchanged.
+func limitProxy(t *testing.T, max int64) string {
+	u, _ := url.Parse(testenv.EngineURL(t))
+	rp := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// A request over the engine's size limit is halved until it fits; an op that
+// alone is too large is poison.
+func TestWriterSplitsTooLargeRequests(t *testing.T) {
+	t.Parallel()
+	real := newOpenSearch(t, testenv.EngineURL(t))
+	idx := testIndex(t, real)
+	eng := newOpenSearch(t, limitProxy(t, 1000))
+	w := indexer.NewWriter(eng, indexer.WriterConfig{})
+	doc := `{"name":"` + strings.Repeat("y", 150) + `"}`
+	var ops []indexer.BulkOp
+	for i := range 8 {
+		ops = append(ops, op(idx, fmt.Sprint(i), 1, doc))
+	}
+	ops = append(ops, op(idx, "huge", 1, `{"name":"`+strings.Repeat("z", 2000)+`"}`))
+	outs := w.Write(tctx(t), ops)
+	for i, o := range outs[:8] {
+		if o.Kind != sink.OK {
+			t.Errorf("op %d: %+v", i, o)
+		}
+	}
+	if o := outs[8]; o.Kind != sink.Poison || o.Result.Status != 413 {
+		t.Errorf("huge op: %+v; want Poison 413", o)
+	}
+}
