@@ -22,7 +22,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -142,22 +141,33 @@ func deliver(t *testing.T, c sink.Consumer, events []*outbox.Event) []sink.Outco
 func DeliverAll(t *testing.T, c sink.Consumer, events []*outbox.Event) {
 	t.Helper()
 	pending := events
-	var last []sink.Outcome
-	testenv.Eventually(t, Timeout, func() bool {
+	deadline := time.Now().Add(Timeout)
+	wait := 10 * time.Millisecond
+	for {
 		out := deliver(t, c, pending)
-		last = out
 		var next []*outbox.Event
+		var last sink.Outcome
 		for i, o := range out {
 			if o.Kind == sink.Poison {
 				t.Fatalf("event %d: poison: %s", pending[i].ID, o.Reason)
 			}
 			if !o.Kind.Delivered() {
 				next = append(next, pending[i])
+				if o.Reason != "" {
+					last = o
+				}
 			}
 		}
 		pending = next
-		return len(pending) == 0
-	}, "events still not delivered: %d (last outcomes %v)", len(pending), last)
+		if len(pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events still not delivered after %s (e.g. %s %q)", len(pending), Timeout, last.Kind, last.Reason)
+		}
+		time.Sleep(wait) // the relay's backoff
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
 
 // CheckReceived asserts that the destination holds exactly the events of
