@@ -22,7 +22,7 @@ func newElasticsearch(t testing.TB, url string) indexer.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.(*indexer.Elasticsearch).Close() })
+	t.Cleanup(func() { indexer.Close(e) })
 	return e
 }
 

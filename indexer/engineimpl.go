@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -29,6 +30,15 @@ func New(cfg config.Engine, hc *http.Client) (Engine, error) {
 	default:
 		return nil, fmt.Errorf("indexer: engine.kind %q: want opensearch or elasticsearch", cfg.Kind)
 	}
+}
+
+// Close releases the resources of an engine made by New (idle connections,
+// background goroutines of the client); engines without any are left alone.
+func Close(eng Engine) error {
+	if c, ok := eng.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 func urlsOf(cfg config.Engine) []string {

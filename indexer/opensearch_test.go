@@ -15,7 +15,7 @@ func newOpenSearch(t testing.TB, url string) indexer.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.(*indexer.OpenSearch).Close() })
+	t.Cleanup(func() { indexer.Close(e) })
 	return e
 }
 
