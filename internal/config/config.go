@@ -157,9 +157,12 @@ type Nats struct {
 	// Subject is a template; {aggregate_type}, {event_type}, {tenant_id},
 	// {aggregate_id} are replaced. Default "outbox.{aggregate_type}.{event_type}".
 	Subject string `yaml:"subject"`
-	// Stream is the JetStream stream that must hold the subjects.
+	// Stream is the JetStream stream that must hold the subjects. Required.
 	Stream string `yaml:"stream"`
-	// CreateStream lets searchsync create or update the stream.
+	// CreateStream lets searchsync create the stream (subjects "<prefix>.>"
+	// from the template's literal prefix) or update it. Default false: the
+	// stream must exist and cover every subject of the template; start-up
+	// checks it.
 	CreateStream bool `yaml:"create_stream"`
 	// DuplicateWindow of the stream when searchsync creates it; an existing
 	// stream must have at least this window. JetStream drops a message whose
