@@ -17,7 +17,7 @@ import (
 )
 
 // startRelay runs a relay that routes entity.customer.* to the consumer.
-func (b *bundle) startRelay(cons sink.Consumer, batchSize int) {
+func (b *bundle) startRelay(cons sink.Consumer, batchSize int) *relay.Relay {
 	b.t.Helper()
 	r, err := relay.New(b.db.Pool, relay.Config{Schema: b.db.Schema, Partitions: 4, LeaseTTL: 3 * time.Second,
 		PollInterval: 100 * time.Millisecond, MaxAttempts: 3, BatchSize: batchSize,
@@ -32,6 +32,7 @@ func (b *bundle) startRelay(cons sink.Consumer, batchSize int) {
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
 	b.t.Cleanup(func() { cancel(); <-done })
+	return r
 }
 
 func (b *bundle) status(id int64) (outbox.Status, string) {
