@@ -612,3 +612,42 @@ func short(v any) string {
 	}
 	return string(b)
 }
+
+// Properties returns mapping properties for the typed fields that the
+// projections into index declare (a text field with Keyword gets a .keyword
+// sub-field): a starting point for writing an index definition. searchsync
+// never applies it by itself; definitions are files (package mapping).
+func (s *Set) Properties(index string) map[string]any {
+	props := map[string]any{}
+	for _, p := range s.Projections() {
+		if p.Index != index {
+			continue
+		}
+		for _, f := range p.Fields {
+			if f.Type == TypeAny {
+				continue
+			}
+			m := props
+			segs := strings.Split(f.To, ".")
+			for _, seg := range segs[:len(segs)-1] {
+				obj, _ := m[seg].(map[string]any)
+				if obj == nil {
+					obj = map[string]any{"properties": map[string]any{}}
+					m[seg] = obj
+				}
+				inner, _ := obj["properties"].(map[string]any)
+				if inner == nil {
+					inner = map[string]any{}
+					obj["properties"] = inner
+				}
+				m = inner
+			}
+			field := map[string]any{"type": string(f.Type)}
+			if f.Type == TypeText && f.Keyword {
+				field["fields"] = map[string]any{"keyword": map[string]any{"type": "keyword", "ignore_above": 256}}
+			}
+			m[segs[len(segs)-1]] = field
+		}
+	}
+	return props
+}

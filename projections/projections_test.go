@@ -189,3 +189,19 @@ func TestDeepMerge(t *testing.T) {
 		t.Fatalf("merge = %#v", got)
 	}
 }
+
+func TestProperties(t *testing.T) {
+	s := projections.NewSet()
+	if err := s.Add(projections.Projection{Name: "p", EventTypes: []string{"a.b"}, Index: "x", Fields: []projections.Field{
+		{From: "n", To: "name", Type: projections.TypeText, Keyword: true},
+		{From: "c", To: "address.city", Type: projections.TypeKeyword},
+		{From: "raw"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(s.Properties("x"))
+	want := `{"address":{"properties":{"city":{"type":"keyword"}}},"name":{"fields":{"keyword":{"ignore_above":256,"type":"keyword"}},"type":"text"}}`
+	if string(got) != want {
+		t.Fatalf("properties %s", got)
+	}
+}
