@@ -273,8 +273,8 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		t.steps = append(t.steps, step{ev: i, res: res})
 	}
 
-	// 2. Per-tenant aliases, then the current state of documents whose
-	// first event is partial (or a soft delete): one _mget per alias.
+	// 2. Per-tenant aliases, then the current state of documents that an
+	// event merges onto (partial payloads, soft deletes): one _mget per alias.
 	c.prepare(ctx, order, out)
 
 	// 3. Coalesce and write.
@@ -336,8 +336,17 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 	var aliases []string
 	for _, t := range order {
 		first := t.steps[0].res
-		t.needState = (first.Op == projections.OpIndex && first.Partial) ||
-			(first.Op == projections.OpDelete && t.def.DeleteMode == mapping.DeleteSoft)
+		// The current state is needed when any event merges onto it (a
+		// partial one, a soft delete), not only the first: an old full-state
+		// event followed by a partial one must not drop what a version in
+		// between (held by the engine) wrote. fold skips events not newer
+		// than the engine's version.
+		for _, st := range t.steps {
+			r := st.res
+			if (r.Op == projections.OpIndex && r.Partial) || (r.Op == projections.OpDelete && t.def.DeleteMode == mapping.DeleteSoft) {
+				t.needState = true
+			}
+		}
 		if t.def.Tenancy.Mode == mapping.TenancyPerTenant {
 			td, _ := t.def.ForTenant(first.Tenant)
 			if err := c.ensureTenant(ctx, td); err != nil {

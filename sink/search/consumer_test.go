@@ -234,3 +234,23 @@ func TestTenancyPerTenant(t *testing.T) {
 		t.Fatalf("per-tenant mode created the shared alias: %v", targets)
 	}
 }
+
+// A batch that replays an old full-state event followed by a new partial
+// one, while the engine holds a version in between: the old event is stale
+// and the partial one merges onto the engine's state, as if delivered one by
+// one.
+func TestBatchOverNewerState(t *testing.T) {
+	b := setup(t)
+	id := uuid.New()
+	v1 := customer.Created(ch(id, 1, map[string]any{"status": "draft", "email": "old@x"}))
+	b.deliver(b.produce(v1), ok)
+	b.deliver(b.produce(customer.Updated(ch(id, 5, map[string]any{"email": "new@x"}))), ok)
+	b.deliver(b.produce(
+		customer.Created(ch(id, 4, map[string]any{"status": "draft", "email": "old@x"})),
+		customer.Updated(ch(id, 6, map[string]any{"status": "active"})),
+	), stale, ok)
+	doc, v := b.doc(b.alias, id)
+	if v != 6 || doc["email"] != "new@x" || doc["status"] != "active" {
+		t.Fatalf("v%d %v", v, doc)
+	}
+}
