@@ -146,7 +146,7 @@ WHERE id = $1 AND owner = $2 AND state = 'running'`
 UPDATE aa_job SET state = $3, progress = $4, result = $5, error = $6, finished_at = now(), heartbeat_at = now()
 WHERE id = $1 AND owner = $2 AND state = 'running'`
 	abortSQL = `
-UPDATE aa_job SET state = 'aborted', error = $3, finished_at = now(),
+UPDATE aa_job SET state = 'aborted', error = $2::text, finished_at = now(),
        progress = jsonb_set(progress, '{phase}', '"aborted"')
 WHERE id = $1 AND state = 'running'`
 	targetsSQL = `

@@ -152,7 +152,10 @@ type Reindexer struct {
 	seededMu sync.Mutex
 	seeded   map[string]int64
 	prefetch *prefetch
-	skipped  atomic.Int64 // replayed documents not written because the seed was newer
+	skipped  atomic.Int64
+
+	slow   time.Duration // tests: a pause per replayed chunk
+	source string        // the live index (tombstones are read from it) // replayed documents not written because the seed was newer
 }
 
 // New checks cfg and returns a Reindexer.
@@ -376,7 +379,7 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 			return nil, err
 		}
 	}
-	r.target = job.Params.Target
+	r.target, r.source = job.Params.Target, job.Params.Source
 	info, err := r.cfg.Engine.GetIndex(ctx, r.target)
 	if err != nil {
 		return nil, fmt.Errorf("reindex: look up %s: %w", r.target, err)
@@ -797,6 +800,9 @@ func (r *Reindexer) replay(ctx context.Context) error {
 				break
 			}
 			c, order, steps := rd.c, rd.order, rd.steps
+			if r.slow > 0 {
+				_ = sleep(gctx, r.slow)
+			}
 			replayed.Add(int64(len(c.events)))
 			// Documents seeded at a version no event of the chunk exceeds
 			// are complete already.
@@ -813,18 +819,42 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			}
 			if len(need) > 0 {
 				tm := time.Now()
-				found, err := r.cfg.Engine.MGet(gctx, r.target, need)
+				found, err := r.mget(gctx, r.target, need)
 				r.log.Debug("reindex: mget", "ids", len(need), "ms", time.Since(tm).Milliseconds())
 				if err != nil {
 					failed = fmt.Errorf("reindex: read current documents from %s: %w", r.target, err)
 					break
+				}
+				// A document the target lacks may be a tombstone of the live
+				// index (seeding skips them): its last state is the base, and
+				// it is copied even when no event is newer. Tombstones whose
+				// events were all compacted are dropped this way, the others
+				// kept.
+				if r.source != "" {
+					var missing []string
+					for _, id := range need {
+						if _, ok := found[id]; !ok {
+							missing = append(missing, id)
+						}
+					}
+					if len(missing) > 0 {
+						fromSource, err := r.mget(gctx, r.source, missing)
+						if err != nil {
+							failed = fmt.Errorf("reindex: read current documents from %s: %w", r.source, err)
+							break
+						}
+						for id, d := range fromSource {
+							d.copy = true
+							found[id] = d
+						}
+					}
 				}
 				for _, id := range need {
 					st := &docState{}
 					if d, ok := found[id]; ok {
 						m, err := projections.Decode(d.Source)
 						if err == nil {
-							st.doc, st.version, st.known = m, d.Version, true
+							st.doc, st.version, st.known, st.copy = m, d.Version, true, d.copy
 							if del, _ := m[r.cfg.Def.TombstoneField].(bool); del && r.cfg.Def.DeleteMode == mapping.DeleteSoft {
 								st.deleted = true
 							}
@@ -929,6 +959,24 @@ func (r *Reindexer) replay(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// baseDoc is a current document read for the replay.
+type baseDoc struct {
+	indexer.Doc
+	copy bool // read from the live index: copy it even when no event is newer
+}
+
+func (r *Reindexer) mget(ctx context.Context, index string, ids []string) (map[string]baseDoc, error) {
+	m, err := r.cfg.Engine.MGet(ctx, index, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]baseDoc, len(m))
+	for k, v := range m {
+		out[k] = baseDoc{Doc: v}
+	}
+	return out, nil
 }
 
 // skipSeeded drops the documents whose every step in the chunk is not newer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,15 @@ import (
 	"github.com/searchsync/searchsync/mapping"
 )
 
+func testLevel() slog.Level {
+	if os.Getenv("REINDEX_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: testLevel()}))
 }
 
 // A mapping change after compaction removed most of the history: the new

@@ -86,6 +86,7 @@ type docState struct {
 	doc     map[string]any
 	deleted bool
 	known   bool // doc is the whole state (from the target, the cache or a full-state event)
+	copy    bool // doc came from the live index and is written even if no step is newer
 	routing string
 }
 
@@ -210,9 +211,10 @@ func (r *Reindexer) apply(id string, st *docState, steps []*projections.Result) 
 		st.known = true
 		st.version = s.Version
 	}
-	if applied == 0 {
+	if applied == 0 && !st.copy {
 		return op, false, nil
 	}
+	st.copy = false
 	op = indexer.BulkOp{Index: r.target, ID: id, Version: st.version, Routing: st.routing}
 	if st.deleted && def.DeleteMode == mapping.DeleteHard {
 		op.Type = indexer.OpDelete

@@ -50,6 +50,15 @@ type bundle struct {
 	writer *outbox.Writer
 }
 
+func newProjectionSet(t testing.TB, alias string) *projections.Set {
+	t.Helper()
+	set := projections.NewSet()
+	if err := set.AddFile("customers.yaml", []byte(fmt.Sprintf(projectionFile, alias))); err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
 func setup(t testing.TB) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -61,10 +70,7 @@ func setup(t testing.TB) *bundle {
 		t.Fatal(err)
 	}
 	b.eng = eng
-	b.set = projections.NewSet()
-	if err := b.set.AddFile("customers.yaml", []byte(fmt.Sprintf(projectionFile, b.alias))); err != nil {
-		t.Fatal(err)
-	}
+	b.set = newProjectionSet(t, b.alias)
 	b.writer = outbox.NewWriter(outbox.WriterConfig{Schema: b.db.Schema})
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,6 +1,7 @@
 package reindex
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/searchsync/searchsync/mapping"
@@ -96,16 +98,24 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		if err := r.refresh(ctx, source, target); err != nil {
 			return nil, err
 		}
-		var err error
-		if oldC, rep.OldTotal, err = r.raw.groupCounts(ctx, source, filter, r.cfg.GroupBy); err != nil {
-			return nil, err
-		}
-		if newC, rep.NewTotal, err = r.raw.groupCounts(ctx, target, filter, r.cfg.GroupBy); err != nil {
+		// Both counts at the same moment, so that live writes in between
+		// rarely make them differ.
+		var err, err2 error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			newC, rep.NewTotal, err2 = r.raw.groupCounts(ctx, target, filter, r.cfg.GroupBy)
+		}()
+		oldC, rep.OldTotal, err = r.raw.groupCounts(ctx, source, filter, r.cfg.GroupBy)
+		wg.Wait()
+		if err = cmp.Or(err, err2); err != nil {
 			return nil, err
 		}
 		if maps(oldC, newC) {
 			break
 		}
+		r.log.Debug("reindex: check: counts differ, looking again", "old", rep.OldTotal, "new", rep.NewTotal, "attempt", attempt)
 	}
 	rep.Groups = nil
 	keys := map[string]bool{}
@@ -144,6 +154,7 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		}
 	}
 	for attempt := 0; len(diff) > 0 && attempt < 10; attempt++ {
+		r.log.Debug("reindex: check: documents differ, looking again", "count", len(diff), "attempt", attempt)
 		if attempt > 0 {
 			if err := sleep(ctx, 300*time.Millisecond); err != nil {
 				return nil, err
@@ -225,6 +236,7 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 			}
 		}
 		sample = still
+		r.log.Debug("reindex: check: sampled documents differ, looking again", "count", len(still), "attempt", attempt)
 		if len(still) > 0 && len(rep.SourceDiffs) == 0 && attempt == 4 {
 			rep.SourceDiffs = appendMax(rep.SourceDiffs, still[0]+": version kept changing")
 		}
