@@ -1,6 +1,11 @@
 package indexer_test
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"testing"
 
 	"github.com/searchsync/searchsync/indexer"
@@ -35,5 +40,45 @@ func TestNewKind(t *testing.T) {
 	}
 	if _, err := indexer.New(config.Engine{Kind: "solr"}, nil); err == nil {
 		t.Error("New(kind solr) succeeded")
+	}
+}
+
+// Basic auth from the configuration reaches the engine, with both adapters
+// (a TEST-ONLY proxy checks the credentials in front of the real node, which
+// runs without security; it adds the Elasticsearch product header too).
+func TestBasicAuth(t *testing.T) {
+	t.Parallel()
+	u, _ := url.Parse(testenv.EngineURL(t))
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Set("X-Elastic-Product", "Elasticsearch")
+		return nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, pass, ok := r.BasicAuth(); !ok || user != "searchsync" || pass != "s3cret" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"type":"security_exception","reason":"missing authentication credentials"},"status":401}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	for _, kind := range []string{"opensearch", "elasticsearch"} {
+		ctx := context.Background()
+		good, err := indexer.New(config.Engine{Kind: kind, URLs: []string{srv.URL}, Username: "searchsync", Password: "s3cret"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := good.Ping(ctx); err != nil {
+			t.Errorf("%s with credentials: %v", kind, err)
+		}
+		bad, _ := indexer.New(config.Engine{Kind: kind, URLs: []string{srv.URL}, Username: "searchsync", Password: "wrong"}, nil)
+		_, err = bad.Count(ctx, "whatever", nil)
+		if ee, ok := indexer.AsEngineError(err); !ok || ee.Status != 401 || ee.Type != "security_exception" {
+			t.Errorf("%s with wrong credentials: %v; want 401 security_exception", kind, err)
+		}
+		indexer.Close(good)
+		indexer.Close(bad)
 	}
 }
