@@ -24,10 +24,15 @@ import (
 //   - consumer: Deliver of relay-sized batches (500 events over 300
 //     aggregates, so about two events per aggregate per batch);
 //   - bare_sync: for each message PublishMsg, which waits for its PubAck;
-//   - bare_async: PublishMsgAsync of the whole batch, then every PubAck.
+//   - bare_async: PublishMsgAsync of the whole batch, then every PubAck;
+//   - bare_async_encoding: the same, building each message (JSON body,
+//     headers) inside the timed loop as the consumer does, so that
+//     consumer/bare_async_encoding is the cost of order per aggregate and
+//     outcome bookkeeping alone.
 //
-// Each iteration is one batch through all three. Reported: events/s of each
-// and consumer/bare_sync, consumer/bare_async.
+// The bare loops get the messages pre-built, except bare_async_encoding.
+// Each iteration is one batch through all four. Reported: events/s of each
+// and the consumer divided by each.
 //
 //	go test ./sink/nats -run '^$' -bench Publish -benchtime 40x
 func BenchmarkPublish(b *testing.B) {
@@ -60,15 +65,16 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	syncStream, syncPrefix := bare()
 	asyncStream, asyncPrefix := bare()
+	encStream, encPrefix := bare()
 	defer func() {
-		for _, s := range []string{stream, syncStream, asyncStream} {
+		for _, s := range []string{stream, syncStream, asyncStream, encStream} {
 			js.DeleteStream(ctx, s)
 		}
 	}()
 
 	var g sinktest.Events
 	keys := make([]string, batchSize)
-	var tConsumer, tSync, tAsync time.Duration
+	var tConsumer, tSync, tAsync, tEnc time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		for j := range keys {
@@ -84,7 +90,7 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		tConsumer += time.Since(start)
 
-		msgs := messages(b, c, events, prefix, syncPrefix)
+		msgs := messages(b, c, events, prefix, syncPrefix, syncStream)
 		start = time.Now()
 		for _, m := range msgs {
 			if _, err := js.PublishMsg(ctx, m); err != nil {
@@ -93,7 +99,7 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		tSync += time.Since(start)
 
-		msgs = messages(b, c, events, prefix, asyncPrefix)
+		msgs = messages(b, c, events, prefix, asyncPrefix, asyncStream)
 		start = time.Now()
 		futures := make([]jetstream.PubAckFuture, len(msgs))
 		for k, m := range msgs {
@@ -109,6 +115,27 @@ func BenchmarkPublish(b *testing.B) {
 			}
 		}
 		tAsync += time.Since(start)
+
+		start = time.Now()
+		for k, e := range events {
+			m, err := c.message(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.Subject = encPrefix + strings.TrimPrefix(m.Subject, prefix)
+			m.Header[jetstream.ExpectedStreamHeader] = []string{encStream}
+			if futures[k], err = js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+		tEnc += time.Since(start)
 	}
 	b.StopTimer()
 	n := float64(b.N * batchSize)
@@ -117,12 +144,14 @@ func BenchmarkPublish(b *testing.B) {
 	b.ReportMetric(rate(tSync), "bare_sync_events/s")
 	b.ReportMetric(rate(tAsync), "bare_async_events/s")
 	b.ReportMetric(rate(tConsumer)/rate(tSync), "consumer/bare_sync")
+	b.ReportMetric(rate(tEnc), "bare_async_encoding_events/s")
 	b.ReportMetric(rate(tConsumer)/rate(tAsync), "consumer/bare_async")
+	b.ReportMetric(rate(tConsumer)/rate(tEnc), "consumer/bare_async_encoding")
 }
 
 // messages are the consumer's messages of the events, moved to another
-// subject prefix.
-func messages(b *testing.B, c *Consumer, events []*outbox.Event, from, to string) []*natsgo.Msg {
+// subject prefix and stream.
+func messages(b *testing.B, c *Consumer, events []*outbox.Event, from, to, stream string) []*natsgo.Msg {
 	out := make([]*natsgo.Msg, len(events))
 	for i, e := range events {
 		m, err := c.message(e)
@@ -130,6 +159,7 @@ func messages(b *testing.B, c *Consumer, events []*outbox.Event, from, to string
 			b.Fatal(err)
 		}
 		m.Subject = to + strings.TrimPrefix(m.Subject, from)
+		m.Header[jetstream.ExpectedStreamHeader] = []string{stream}
 		out[i] = m
 	}
 	return out

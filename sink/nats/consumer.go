@@ -188,7 +188,13 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		}
 	}
 	ready := queues
-	results := make(chan ackResult, min(len(events), c.cfg.MaxInFlight))
+	size := min(len(events), c.cfg.MaxInFlight)
+	results := make(chan ackResult, size)
+	// One collector waits for the PubAcks in publish order (the order in
+	// which a stream answers) and hands the results back.
+	pending := make(chan waiter, size)
+	defer close(pending)
+	go c.collect(ctx, pending, results)
 	memo := lookups{}
 	inflight := 0
 	for {
@@ -205,7 +211,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 				continue
 			}
 			inflight++
-			go c.await(ctx, q, i, subject, f, results)
+			pending <- waiter{q: q, i: i, subject: subject, f: f, deadline: time.Now().Add(c.cfg.Timeout)}
 		}
 		if inflight == 0 {
 			return out // done, or cancelled with nothing in flight
@@ -251,36 +257,75 @@ func (c *Consumer) publishOne(e *outbox.Event) (jetstream.PubAckFuture, string, 
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
 		return nil, msg.Subject, sink.Retryf("nats: not connected to %s (%s)", c.cfg.URL, st), nil
 	}
-	f, err := c.js.PublishMsgAsync(msg, jetstream.WithExpectStream(c.cfg.Stream))
+	f, err := c.js.PublishMsgAsync(msg)
 	return f, msg.Subject, sink.Outcome{}, err
 }
 
-// await waits for one PubAck until the timeout and sends the result.
-func (c *Consumer) await(ctx context.Context, q *queue, i int, subject string, f jetstream.PubAckFuture, results chan<- ackResult) {
-	r := ackResult{q: q, i: i, subject: subject}
-	timer := time.NewTimer(c.cfg.Timeout)
+// waiter is one publish awaiting its PubAck.
+type waiter struct {
+	q        *queue
+	i        int
+	subject  string
+	f        jetstream.PubAckFuture
+	deadline time.Time
+}
+
+// collect waits for the PubAck of every waiter, in order, each until its
+// deadline, and sends the results; it ends when pending is closed.
+func (c *Consumer) collect(ctx context.Context, pending <-chan waiter, results chan<- ackResult) {
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	select {
-	case ack := <-f.Ok():
+	for w := range pending {
+		results <- c.await(ctx, w, timer)
+	}
+}
+
+// await waits for one PubAck until its deadline.
+func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackResult {
+	r := ackResult{q: w.q, i: w.i, subject: w.subject}
+	ok := func(ack *jetstream.PubAck) {
 		if ack.Duplicate {
-			c.logger.Debug("nats: duplicate dropped by the stream", "subject", subject, "seq", ack.Sequence,
-				"msg_id", f.Msg().Header.Get(jetstream.MsgIDHeader))
+			c.logger.Debug("nats: duplicate dropped by the stream", "subject", w.subject, "seq", ack.Sequence,
+				"msg_id", w.f.Msg().Header.Get(jetstream.MsgIDHeader))
 		}
 		r.outcome = sink.Ok()
-	case err := <-f.Err():
+	}
+	// An answer that is there already wins over an expired deadline.
+	select {
+	case ack := <-w.f.Ok():
+		ok(ack)
+		return r
+	case err := <-w.f.Err():
+		r.err = err
+		return r
+	default:
+	}
+	timer.Reset(time.Until(w.deadline))
+	defer func() {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}()
+	select {
+	case ack := <-w.f.Ok():
+		ok(ack)
+	case err := <-w.f.Err():
 		r.err = err
 	case <-timer.C:
-		r.outcome = sink.Retryf("nats: no PubAck for %s within %s", subject, c.cfg.Timeout)
+		r.outcome = sink.Retryf("nats: no PubAck for %s within %s", w.subject, c.cfg.Timeout)
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.Canceled) {
 			// Stopping: leave the row as it is; the redelivery is
 			// de-duplicated by Nats-Msg-Id if the message was stored.
 			r.outcome = sink.Outcome{Kind: sink.NotAttempted, Reason: "cancelled while waiting for the PubAck"}
 		} else {
-			r.outcome = sink.Retryf("nats: no PubAck for %s before the batch deadline", subject)
+			r.outcome = sink.Retryf("nats: no PubAck for %s before the batch deadline", w.subject)
 		}
 	}
-	results <- r
+	return r
 }
 
 // classify turns a publish error into an outcome.
@@ -363,7 +408,7 @@ func (c *Consumer) message(e *outbox.Event) (*natsgo.Msg, error) {
 	id := strconv.FormatInt(e.ID, 10)
 	// The keys are in canonical form already: plain assignment spares
 	// Header.Set's canonicalization (a measurable share of the cost).
-	h := make(natsgo.Header, 11)
+	h := make(natsgo.Header, 12)
 	h[jetstream.MsgIDHeader] = []string{id}
 	h[HeaderEventID] = []string{id}
 	h[HeaderEventType] = []string{e.EventType}
@@ -382,5 +427,8 @@ func (c *Consumer) message(e *outbox.Event) (*natsgo.Msg, error) {
 		h[HeaderCreatedAt] = []string{e.CreatedAt.UTC().Format(time.RFC3339Nano)}
 	}
 	h["Content-Type"] = []string{"application/json"}
+	// The stream must be ours: a subject captured by another stream is
+	// rejected by the server (poison) instead of stored elsewhere.
+	h[jetstream.ExpectedStreamHeader] = []string{c.cfg.Stream}
 	return &natsgo.Msg{Subject: c.subject.Render(e), Header: h, Data: body}, nil
 }
