@@ -89,7 +89,10 @@ func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger)
 		if err == nil {
 			return c, nil
 		}
-		c.Close()
+		if c.nc != nil { // not Close: its Once belongs to the caller
+			c.nc.Close()
+			c.nc, c.js = nil, nil
+		}
 		var ce *ConfigError
 		if errors.As(err, &ce) {
 			return nil, err
@@ -97,7 +100,7 @@ func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, cfg.URL, err)
 		}
-		c.logger.Warn("nats: not ready, retrying", "url", cfg.URL, "err", err, "retry_in", wait.String())
+		c.logger.Warn("nats: not ready, retrying", "url", cfg.URL, "error", err, "retry_in", wait.String())
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, cfg.URL, err)
@@ -119,7 +122,7 @@ func (c *Consumer) start(ctx context.Context) error {
 		natsgo.ReconnectBufSize(-1),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
-				c.logger.Warn("nats: disconnected", "err", err)
+				c.logger.Warn("nats: disconnected", "error", err)
 			}
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
