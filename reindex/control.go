@@ -104,3 +104,51 @@ func Cleanup(ctx context.Context, db querier, eng indexer.Engine, now time.Time,
 	}
 	return done, nil
 }
+
+// JobInfo is one reindex job as `searchsync reindex status` shows it.
+type JobInfo struct {
+	ID           int64         `json:"id"`
+	Alias        string        `json:"alias"`
+	State        string        `json:"state"`
+	Owner        string        `json:"owner"`
+	Params       Params        `json:"params"`
+	Progress     Progress      `json:"progress"`
+	Result       *Result       `json:"result,omitempty"`
+	Error        string        `json:"error,omitempty"`
+	StartedAt    time.Time     `json:"started_at"`
+	HeartbeatAge time.Duration `json:"heartbeat_age"`
+}
+
+const listSQL = `
+SELECT id, job_key, state, coalesce(owner, ''), params, progress, result, coalesce(error, ''), started_at,
+       extract(epoch FROM now() - heartbeat_at)
+FROM aa_job
+WHERE job_kind = $1 AND ($2 = '' OR job_key = $2)
+ORDER BY id DESC LIMIT $3`
+
+// List returns the latest reindex jobs (of alias, or of all when "").
+func List(ctx context.Context, db querier, alias string, limit int) ([]JobInfo, error) {
+	rows, err := db.Query(ctx, listSQL, JobKind, alias, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: list jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []JobInfo
+	for rows.Next() {
+		var j JobInfo
+		var p, g, r []byte
+		var age float64
+		if err := rows.Scan(&j.ID, &j.Alias, &j.State, &j.Owner, &p, &g, &r, &j.Error, &j.StartedAt, &age); err != nil {
+			return nil, fmt.Errorf("reindex: list jobs: %w", err)
+		}
+		_ = json.Unmarshal(p, &j.Params)
+		_ = json.Unmarshal(g, &j.Progress)
+		if r != nil {
+			j.Result = &Result{}
+			_ = json.Unmarshal(r, j.Result)
+		}
+		j.HeartbeatAge = time.Duration(age * float64(time.Second))
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}

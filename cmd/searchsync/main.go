@@ -37,6 +37,7 @@ type CLI struct {
 	Status  StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
 	Compact CompactCmd       `cmd:"" help:"Delete dispatched outbox events older than the retention (the outbox_compact job), now."`
 	Outbox  OutboxCmd        `cmd:"" help:"Inspect the outbox; retry or acknowledge failed events."`
+	Reindex ReindexCmd       `cmd:"" help:"Rebuild an index from the outbox with zero downtime (abort, cleanup, status)."`
 	Version kong.VersionFlag `help:"Print the version."`
 }
 
