@@ -42,6 +42,10 @@ type WriterConfig struct {
 	RetryElapsed time.Duration
 	// Logger receives retries and give-ups (debug/warn). Default: discard.
 	Logger *slog.Logger
+	// OnBulk, when set, is called after every _bulk request with its number
+	// of ops, the bytes of their documents, how long it took and its error
+	// (nil when the engine answered, whatever the items said); for metrics.
+	OnBulk func(ops, docBytes int, took time.Duration, err error)
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {
@@ -242,7 +246,15 @@ func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Ou
 			batch = append(batch, ops[i])
 		}
 		w.stats.requests.Add(1)
+		sent := time.Now()
 		res, err := w.eng.Bulk(ctx, batch)
+		if w.cfg.OnBulk != nil {
+			size := 0
+			for _, op := range batch {
+				size += len(op.Doc)
+			}
+			w.cfg.OnBulk(len(batch), size, time.Since(sent), err)
+		}
 		var reason string
 		if err != nil {
 			ee, isEngine := AsEngineError(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/compaction"
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
 	"github.com/searchsync/searchsync/reindex"
@@ -52,7 +53,8 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 		return err
 	}
 
-	consumers, err := buildConsumers(ctx, cfg, pool, logger)
+	obs := newObserver(cfg, pool, logger)
+	consumers, err := buildConsumers(ctx, cfg, pool, obs, logger)
 	defer func() {
 		for _, cons := range consumers {
 			if cl, ok := cons.(sink.Closer); ok {
@@ -63,7 +65,6 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 	if err != nil {
 		return err
 	}
-	obs := newObserver(cfg, pool, logger)
 	obs.instrument(cfg, consumers)
 	rcfg, err := relay.FromConfig(cfg, consumers, logger)
 	if err != nil {
@@ -146,7 +147,7 @@ func healthHandler(pool *pgxpool.Pool, r *relay.Relay) http.Handler {
 }
 
 // buildConsumers builds every configured consumer by name.
-func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) (map[string]sink.Consumer, error) {
+func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool, obs *observer, logger *slog.Logger) (map[string]sink.Consumer, error) {
 	out := map[string]sink.Consumer{}
 	for i, cc := range cfg.Consumers {
 		var (
@@ -159,7 +160,8 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		case "search":
-			cons, err = search.FromConfig(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger})
+			cons, err = search.FromConfig(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger,
+				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}})
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
 		}

@@ -25,6 +25,9 @@ type Metrics struct {
 	batchSize  prometheus.Histogram
 	stepTime   *prometheus.HistogramVec
 	batchOut   *prometheus.CounterVec
+	bulkOps    prometheus.Histogram
+	bulkBytes  prometheus.Histogram
+	bulkTime   *prometheus.HistogramVec
 }
 
 // LatencyBuckets cover 5 ms to about 10 minutes.
@@ -56,7 +59,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "searchsync_events_total", Help: "Events by the state the relay wrote (dispatched, stale, retried, failed, skipped, fenced).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.deliveries, m.latency, m.callTime, m.batchSize, m.stepTime, m.batchOut)
+	m.bulkOps = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "searchsync_bulk_ops", Help: "Ops per _bulk request.", Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	})
+	m.bulkBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "searchsync_bulk_bytes", Help: "Document bytes per _bulk request.", Buckets: prometheus.ExponentialBuckets(256, 4, 10),
+	})
+	m.bulkTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "searchsync_bulk_request_seconds", Help: "Duration of one _bulk request, by result (answered, error).",
+		Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 16),
+	}, []string{"result"})
+	reg.MustRegister(m.deliveries, m.latency, m.callTime, m.batchSize, m.stepTime, m.batchOut, m.bulkOps, m.bulkBytes, m.bulkTime)
 	return m
 }
 
@@ -75,6 +88,17 @@ func (m *Metrics) ObserveBatch(b relay.BatchStats) {
 			m.batchOut.WithLabelValues(res).Add(float64(n))
 		}
 	}
+}
+
+// ObserveBulk records one _bulk request; use it as indexer.WriterConfig.OnBulk.
+func (m *Metrics) ObserveBulk(ops, docBytes int, took time.Duration, err error) {
+	m.bulkOps.Observe(float64(ops))
+	m.bulkBytes.Observe(float64(docBytes))
+	result := "answered"
+	if err != nil {
+		result = "error"
+	}
+	m.bulkTime.WithLabelValues(result).Observe(took.Seconds())
 }
 
 // RegisterRelay exports the partitions the relay owns.
