@@ -47,6 +47,44 @@ type Expired struct {
 	Alias       string
 	Index       string
 	DeleteAfter time.Time
+	Orphan      bool // the target of an aborted or failed reindex, re-created by a late write
+}
+
+const endedTargetsSQL = `
+SELECT id, job_key, params->>'target' FROM aa_job j
+WHERE job_kind = $1 AND state IN ('aborted', 'failed') AND coalesce(params->>'target', '') <> ''
+  AND NOT EXISTS (SELECT 1 FROM aa_job r WHERE r.job_kind = $1 AND r.state IN ('running', 'succeeded')
+                  AND r.params->>'target' = j.params->>'target' AND r.job_key = j.job_key)
+ORDER BY id DESC LIMIT 100`
+
+func orphanTargets(ctx context.Context, db querier, eng indexer.Engine) ([]Expired, error) {
+	rows, err := db.Query(ctx, endedTargetsSQL, JobKind)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: cleanup: %w", err)
+	}
+	var cands []Expired
+	for rows.Next() {
+		var e Expired
+		if err := rows.Scan(&e.JobID, &e.Alias, &e.Index); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reindex: cleanup: %w", err)
+		}
+		e.Orphan = true
+		cands = append(cands, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reindex: cleanup: %w", err)
+	}
+	var out []Expired
+	for _, e := range cands {
+		if info, err := eng.GetIndex(ctx, e.Index); err != nil {
+			return nil, fmt.Errorf("reindex: cleanup: look up %s: %w", e.Index, err)
+		} else if info != nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 const expiredSQL = `
@@ -87,14 +125,27 @@ func Cleanup(ctx context.Context, db querier, eng indexer.Engine, now time.Time,
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reindex: cleanup: %w", err)
 	}
+	// Targets of aborted or failed jobs that a late live write re-created
+	// (the engine creates a missing index on the first write to it).
+	orphans, err := orphanTargets(ctx, db, eng)
+	if err != nil {
+		return nil, err
+	}
+	list = append(list, orphans...)
 	var done []Expired
 	for _, e := range list {
 		if aliases, err := eng.AliasTargets(ctx, e.Alias); err != nil {
 			return done, fmt.Errorf("reindex: cleanup: alias %s: %w", e.Alias, err)
 		} else if slices.Contains(aliases, e.Index) {
-			log.Warn("reindex: cleanup: the alias points to the old index again; keeping it", "alias", e.Alias, "index", e.Index)
+			log.Warn("reindex: cleanup: the alias points to this index; keeping it", "alias", e.Alias, "index", e.Index)
+			continue
 		} else if err := eng.DeleteIndex(ctx, e.Index); err != nil {
 			return done, fmt.Errorf("reindex: cleanup: delete %s: %w", e.Index, err)
+		}
+		if e.Orphan {
+			log.Info("reindex: deleted the target of an ended reindex", "alias", e.Alias, "index", e.Index, "job_id", e.JobID)
+			done = append(done, e)
+			continue
 		}
 		if _, err := db.Exec(ctx, `UPDATE aa_job SET result = jsonb_set(result, '{old_deleted}', 'true') WHERE id = $1`, e.JobID); err != nil {
 			return done, fmt.Errorf("reindex: cleanup: record job %d: %w", e.JobID, err)

@@ -45,9 +45,24 @@
 // updated by any retained later event). What cannot be recovered: a document
 // whose every event was compacted and which the live index does not hold (it
 // was never indexed, e.g. its events were skipped while no search route
-// existed, or it was lost from the live index); and tombstones of deletes
-// whose events were compacted are dropped on purpose (every event of such an
-// aggregate is gone, so no stale write can arrive any more). A projection
-// change is applied to replayed events; seeded documents are copied as they
-// are unless Config.Reproject rewrites them.
+// existed, or it was lost from the live index).
+//
+// Tombstones (soft deletes) are not seeded. A tombstone whose document still
+// has a retained event is copied from the live index when the replay reaches
+// that event (it is the base the event merges onto, and it must keep
+// rejecting stale writes); a tombstone whose every event was compacted is
+// dropped: no stale write of it can arrive any more. So a reindex is also
+// how tombstones leave the index.
+//
+// A projection change is applied to replayed events; seeded documents are
+// copied as they are unless Config.Reproject rewrites them.
+//
+// # Leftovers
+//
+// The engine creates a missing index on the first write to it, so a live
+// write delayed past the 2×TargetsTTL wait after an abort can re-create the
+// deleted target. Cleanup (searchsync reindex cleanup, and every reindex at
+// its start) deletes such targets of aborted or failed jobs, and the old
+// indexes of finished jobs once their keep time has passed; it never deletes
+// an index an alias points to.
 package reindex

@@ -165,3 +165,34 @@ func TestJobExclusiveAndResume(t *testing.T) {
 		t.Fatalf("a new job after the end: %v", err)
 	}
 }
+
+// The target of an aborted reindex that a late live write re-created is
+// deleted by cleanup; an index an alias points to never is.
+func TestCleanupOrphanTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live := b.buildLive(b.def(nil))
+	orphan := mapping.PhysicalName(b.alias, 2)
+	if err := b.eng.CreateIndex(b.ctx, orphan, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []Params{{Alias: b.alias, Target: orphan}, {Alias: b.alias, Target: live}} {
+		j, err := Acquire(b.ctx, b.db.Pool, b.alias, "x", p, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := markAborted(b.ctx, b.db.Pool, j.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done, err := Cleanup(b.ctx, b.db.Pool, b.eng, time.Now(), testLogger(t))
+	if err != nil || len(done) != 1 || done[0].Index != orphan {
+		t.Fatalf("cleanup: %+v %v", done, err)
+	}
+	if info, _ := b.eng.GetIndex(b.ctx, orphan); info != nil {
+		t.Fatal("orphan still there")
+	}
+	if info, _ := b.eng.GetIndex(b.ctx, live); info == nil {
+		t.Fatal("the live index was deleted")
+	}
+}
