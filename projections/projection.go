@@ -126,9 +126,37 @@ type Projection struct {
 	Go string `yaml:"go" json:"go"`
 
 	fn Func
+	// kinds caches the op and full-state decision per event type.
+	kinds *sync.Map // event type → eventKind; set by Set.Add
+}
+
+// eventKind is what the patterns say about one event type.
+type eventKind struct {
+	op   Op
+	full bool
+}
+
+func (p *Projection) kind(eventType string) eventKind {
+	if p.kinds != nil {
+		if k, ok := p.kinds.Load(eventType); ok {
+			return k.(eventKind)
+		}
+	}
+	k := eventKind{op: OpIndex, full: matchAny(p.FullStateOn, eventType)}
+	switch {
+	case matchAny(p.IgnoreOn, eventType):
+		k.op = OpIgnore
+	case matchAny(p.DeleteOn, eventType):
+		k.op = OpDelete
+	}
+	if p.kinds != nil {
+		p.kinds.Store(eventType, k)
+	}
+	return k
 }
 
 func (p *Projection) setDefaults() {
+	p.kinds = &sync.Map{}
 	p.ID = orDefault(p.ID, "@aggregate_id")
 	p.Tenant = orDefault(p.Tenant, "tenant_key")
 	p.SchemaVersion = max(p.SchemaVersion, 1)
@@ -181,6 +209,11 @@ type Set struct {
 	projections []*Projection
 	funcs       map[string]Func
 	upcasters   []upcaster
+	// found caches Find per (indexes, event type, aggregate type); newest
+	// caches the newest schema_version per event type. Both are reset by
+	// Add and RegisterUpcaster.
+	found       sync.Map
+	newestCache sync.Map
 }
 
 // NewSet returns an empty set.
@@ -204,6 +237,7 @@ func (s *Set) RegisterUpcaster(pattern string, from int, fn Upcaster) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.upcasters = append(s.upcasters, upcaster{pattern: pattern, from: from, fn: fn})
+	s.newestCache.Clear()
 }
 
 // Add adds projections (declared in Go or loaded from a file); they are
@@ -228,6 +262,7 @@ func (s *Set) Add(ps ...Projection) error {
 		}
 		s.projections = append(s.projections, &p)
 	}
+	s.found.Clear()
 	return nil
 }
 
@@ -318,17 +353,24 @@ func (p *Projection) check() error {
 // Find returns the first projection for an event type and aggregate type
 // whose index is one of indexes (all when indexes is empty), or nil.
 func (s *Set) Find(eventType, aggregateType string, indexes []string) *Projection {
+	key := strings.Join(indexes, ",") + "\x00" + eventType + "\x00" + aggregateType
+	if p, ok := s.found.Load(key); ok {
+		return p.(*Projection)
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	var found *Projection
 	for _, p := range s.projections {
 		if len(indexes) > 0 && !slices.Contains(indexes, p.Index) {
 			continue
 		}
 		if p.Matches(eventType, aggregateType) {
-			return p
+			found = p
+			break
 		}
 	}
-	return nil
+	s.found.Store(key, found)
+	return found
 }
 
 // Upcast decodes the payload of e and brings it to schema_version target by
@@ -357,6 +399,15 @@ func (s *Set) Upcast(e *outbox.Event, target int) (map[string]any, error) {
 }
 
 func (s *Set) newest(eventType string) int {
+	if n, ok := s.newestCache.Load(eventType); ok {
+		return n.(int)
+	}
+	n := s.newestUncached(eventType)
+	s.newestCache.Store(eventType, n)
+	return n
+}
+
+func (s *Set) newestUncached(eventType string) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	n := 1
@@ -400,13 +451,8 @@ func (s *Set) Project(e *outbox.Event, indexes []string, versionPath func(index 
 }
 
 func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPath string) (*Result, error) {
-	out := &Result{Projection: p.Name, Op: OpIndex, Index: p.Index}
-	switch {
-	case matchAny(p.IgnoreOn, e.EventType):
-		out.Op = OpIgnore
-	case matchAny(p.DeleteOn, e.EventType):
-		out.Op = OpDelete
-	}
+	k := p.kind(e.EventType)
+	out := &Result{Projection: p.Name, Op: k.op, Index: p.Index}
 
 	id, ok := resolve(e, payload, p.ID)
 	if !ok || id == nil {
@@ -446,7 +492,7 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 	}
 
 	if out.Op == OpIndex {
-		out.Partial = !matchAny(p.FullStateOn, e.EventType)
+		out.Partial = !k.full
 		doc := map[string]any{}
 		if p.CopyAllOfAfter {
 			if a, ok := Lookup(payload, p.After); ok && a != nil {
