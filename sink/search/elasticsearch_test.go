@@ -1,0 +1,72 @@
+package search_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/sink/search"
+)
+
+// productProxy is a TEST-ONLY reverse proxy to the OpenSearch node that adds
+// X-Elastic-Product: Elasticsearch to every answer, so that the
+// go-elasticsearch v8 client can talk to the real node (no Elasticsearch
+// runs here). Requests and bodies pass through unchanged.
+func productProxy(t testing.TB, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Set("X-Elastic-Product", "Elasticsearch")
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// The consumer works the same through the Elasticsearch adapter: documents,
+// partial merges (one _mget), stale writes, soft deletes, mapping poison.
+func TestThroughElasticsearchAdapter(t *testing.T) {
+	b := setup(t)
+	eng, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{productProxy(t, testenv.EngineURL(t))}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eng.Kind() != "elasticsearch" {
+		t.Fatalf("kind %s", eng.Kind())
+	}
+	b.cons = b.consumer(func(c *search.Config) { c.Engine = eng })
+
+	id, bad := uuid.New(), uuid.New()
+	b.deliver(b.produce(customer.Created(ch(id, 1, map[string]any{"status": "draft", "email": "e@x"}))), ok)
+	b.deliver(b.produce(
+		customer.Updated(ch(id, 2, map[string]any{"status": "active"})),
+		customer.Created(ch(bad, 1, map[string]any{"credit_limit": "lots"})),
+	), ok, poison)
+	b.deliver(b.produce(customer.Updated(ch(id, 1, map[string]any{"status": "old"}))), stale)
+	doc, v := b.doc(b.alias, id)
+	if v != 2 || doc["status"] != "active" || doc["email"] != "e@x" {
+		t.Fatalf("v%d %v", v, doc)
+	}
+	b.deliver(b.produce(customer.Deleted(ch(id, 3, nil))), ok)
+	if n := b.searchable(b.alias, ""); n != 0 {
+		t.Fatalf("%d visible after soft delete", n)
+	}
+	out := b.deliver(b.produce(customer.Created(ch(bad, 2, map[string]any{"credit_limit": "lots"}))), poison)
+	if !strings.Contains(out[0].Reason, "mapper_parsing_exception") {
+		t.Fatalf("reason %q", out[0].Reason)
+	}
+}
