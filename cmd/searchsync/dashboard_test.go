@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,15 +97,21 @@ func TestDashboardInBrowser(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(hook.Close)
 	addr := freeAddr(t)
+	alias := testenv.Name("dash")
+	defs, projections := customerIndex(t, alias)
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
 http: {listen: %q}
 relay: {poll_interval: 200ms}
+engine: {urls: [%q]}
+indexes: {definitions: %q, projections: [%q]}
 consumers:
   - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
+  - {name: search, type: search, search: {indexes: [%s]}}
 routes:
   - {consumer: crm-hook, event_types: ["entity.customer.*"]}
-`, db.URL, db.Schema, addr, hook.URL))
+  - {consumer: search, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema, addr, testenv.EngineURL(t), defs, projections, hook.URL, alias))
 	startRelay(t, cfg, addr)
 
 	// A steady load through the producer API for the whole test.
@@ -165,10 +172,16 @@ routes:
 	if pageLag > 30 {
 		t.Errorf("lag %.1f s under a light load", pageLag)
 	}
+	if f := text("#failed"); f != "0" {
+		t.Errorf("dashboard shows %s failed events; the webhook and the search consumer should deliver all", f)
+	}
 	consumerRow := text("#consumers tbody")
-	if !strings.Contains(consumerRow, "crm-hook") {
+	if !strings.Contains(consumerRow, "crm-hook") || !strings.Contains(consumerRow, alias) {
 		t.Errorf("consumer table: %q", consumerRow)
 	}
+
+	// Every metric the provisioned Grafana dashboard queries is exported.
+	checkGrafanaMetrics(t, addr)
 
 	// The README's screenshot.
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
@@ -195,4 +208,76 @@ func chromiumPath(t *testing.T) string {
 	}
 	t.Fatal("no Chromium: install Debian's chromium package (.ci/run does) or set CHROMIUM")
 	return ""
+}
+
+// checkGrafanaMetrics fails when deploy/grafana/dashboards/searchsync.json
+// queries a searchsync_ metric that the relay at addr does not export.
+func checkGrafanaMetrics(t *testing.T, addr string) {
+	t.Helper()
+	dash, err := os.ReadFile("../../deploy/grafana/dashboards/searchsync.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	exported := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			exported[line[:i]] = true
+		}
+	}
+	queried := regexp.MustCompile(`searchsync_[a-z_]+`).FindAllString(string(dash), -1)
+	if len(queried) == 0 {
+		t.Fatal("the Grafana dashboard queries no searchsync metric")
+	}
+	for _, m := range queried {
+		if !exported[m] {
+			t.Errorf("Grafana dashboard queries %s, which /metrics does not export", m)
+		}
+	}
+}
+
+// customerIndex writes the customer example's index definition and a
+// projection (schema_version 1 payloads, as the load generator writes them)
+// under a test-only alias, and returns the definitions directory and the
+// projection file.
+func customerIndex(t *testing.T, alias string) (string, string) {
+	t.Helper()
+	def, err := os.ReadFile("../../mapping/defs/customers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := os.ReadFile("../../examples/customer/projections.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	defs := filepath.Join(dir, "defs")
+	os.Mkdir(defs, 0o755)
+	if err := os.WriteFile(filepath.Join(defs, alias+".json"), []byte(strings.Replace(string(def), `"alias": "customers"`, `"alias": "`+alias+`"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := strings.Replace(string(proj), "index: customers", "index: "+alias, 1)
+	p = strings.Replace(p, "schema_version: 2", "schema_version: 1", 1)
+	pf := filepath.Join(dir, "projections.yaml")
+	if err := os.WriteFile(pf, []byte(p), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The physical indexes of the alias.
+		req, _ := http.NewRequest(http.MethodDelete, testenv.EngineURL(t)+"/"+alias+"_v*", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	return defs, pf
 }
