@@ -216,7 +216,6 @@ type target struct {
 	alias  string
 	id     string
 	steps  []step
-	first  int // batch index of the first event
 	failed bool
 
 	current    map[string]any
@@ -224,13 +223,13 @@ type target struct {
 	needState  bool
 }
 
-func (t *target) key() string { return t.alias + "\x00" + t.id }
-
 // Deliver implements sink.Consumer.
 func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
 	out := make([]sink.Outcome, len(events))
+	if ctx.Err() != nil {
+		return out // NotAttempted
+	}
 	c.stats.events.Add(int64(len(events)))
-	fail := func(i int, o sink.Outcome) { out[i] = o }
 
 	// 1. Upcast and project, per aggregate in order; a poison event stops
 	// its aggregate (later events stay NotAttempted).
@@ -247,7 +246,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 			err = c.resolve(res)
 		}
 		if err != nil {
-			fail(i, sink.Poisonf("%v", err))
+			out[i] = sink.Poisonf("%v", err)
 			if key != "" {
 				stopped[key] = true
 			}
@@ -266,7 +265,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		k := alias + "\x00" + res.ID
 		t := targets[k]
 		if t == nil {
-			t = &target{def: def, alias: alias, id: res.ID, first: i}
+			t = &target{def: def, alias: alias, id: res.ID}
 			targets[k] = t
 			order = append(order, t)
 		}
@@ -350,7 +349,9 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 		if t.def.Tenancy.Mode == mapping.TenancyPerTenant {
 			td, _ := t.def.ForTenant(first.Tenant)
 			if err := c.ensureTenant(ctx, td); err != nil {
-				c.failTarget(t, out, c.retryOrPoison(fmt.Errorf("ensure index for tenant alias %s: %w", t.alias, err)))
+				// Not the event's fault (the engine is away, or the
+				// definition is refused, which an operator fixes): retry.
+				c.failTarget(t, out, sink.Retryf("ensure index for tenant alias %s: %v", t.alias, err))
 				continue
 			}
 		}
@@ -388,16 +389,6 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 			t.current, t.curVersion = m, d.Version
 		}
 	}
-}
-
-// retryOrPoison classifies an error of a preparatory call: poison when the
-// engine rejected the request as invalid, Retry otherwise.
-func (c *Consumer) retryOrPoison(err error) sink.Outcome {
-	if ee, ok := indexer.AsEngineError(err); ok && !ee.Temporary() && ee.Status >= 400 && ee.Status < 500 &&
-		ee.Status != 401 && ee.Status != 403 && ee.Status != 404 {
-		return sink.Poisonf("%v", err)
-	}
-	return sink.Retryf("%v", err)
 }
 
 // failTarget gives the first event of the document the outcome; the later
