@@ -26,3 +26,28 @@ func (e *PoisonError) Error() string {
 func poison(e *outbox.Event, projection, format string, args ...any) *PoisonError {
 	return &PoisonError{EventID: e.ID, EventType: e.EventType, Projection: projection, Reason: fmt.Sprintf(format, args...)}
 }
+
+// DeclError is an invalid projection declaration: which projection, which
+// key (e.g. fields[2].type) and why; File and Line are set when it came from
+// a file.
+type DeclError struct {
+	File       string
+	Line       int
+	Projection string
+	Key        string
+	Reason     string
+}
+
+func (e *DeclError) Error() string {
+	loc := "projections"
+	if e.File != "" {
+		loc = "projections " + e.File
+		if e.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", loc, e.Line)
+		}
+	}
+	if e.Projection != "" {
+		return fmt.Sprintf("%s: projection %q: %s: %s", loc, e.Projection, e.Key, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s: %s", loc, e.Key, e.Reason)
+}

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 )
 
 // File is the YAML (or JSON) form of a projection file.
@@ -22,10 +25,23 @@ func Parse(name string, data []byte) ([]Projection, error) {
 	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
 		return nil, fmt.Errorf("projections %s: %s", name, yaml.FormatError(err, false, true))
 	}
+	var tree *ast.File
 	for i := range f.Projections {
-		if err := f.Projections[i].check(); err != nil {
+		err := f.Projections[i].check()
+		if err == nil {
+			continue
+		}
+		var de *DeclError
+		if !errors.As(err, &de) {
 			return nil, fmt.Errorf("projections %s: projections[%d]: %w", name, i, err)
 		}
+		if tree == nil {
+			tree, _ = parser.ParseBytes(data, 0)
+		}
+		de.File = name
+		de.Key = fmt.Sprintf("projections[%d].%s", i, de.Key)
+		de.Line = line(tree, de.Key)
+		return nil, de
 	}
 	return f.Projections, nil
 }
@@ -76,4 +92,31 @@ func (s *Set) AddFile(name string, data []byte) error {
 		return fmt.Errorf("projections %s: %w", name, err)
 	}
 	return nil
+}
+
+// line returns the 1-based line of a key path (projections[0].fields[1].type)
+// or of its closest present parent, 0 when unknown.
+func line(f *ast.File, key string) int {
+	if f == nil {
+		return 0
+	}
+	for k := key; k != ""; k = parentKey(k) {
+		p, err := yaml.PathString("$." + k)
+		if err != nil {
+			continue
+		}
+		if n, err := p.FilterFile(f); err == nil && n != nil && n.GetToken() != nil {
+			return n.GetToken().Position.Line
+		}
+	}
+	return 0
+}
+
+func parentKey(k string) string {
+	for i := len(k) - 1; i >= 0; i-- {
+		if k[i] == '.' || k[i] == '[' {
+			return k[:i]
+		}
+	}
+	return ""
 }

@@ -298,10 +298,10 @@ func (s *Set) Check() error {
 
 func (p *Projection) check() error {
 	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("projection %q: %s: %s", p.Name, key, fmt.Sprintf(format, args...))
+		return &DeclError{Projection: p.Name, Key: key, Reason: fmt.Sprintf(format, args...)}
 	}
 	if p.Name == "" {
-		return fmt.Errorf("projection: name is required")
+		return &DeclError{Key: "name", Reason: "is required"}
 	}
 	if len(p.EventTypes) == 0 {
 		return bad("event_types", "names at least one pattern")

@@ -170,9 +170,9 @@ func TestGoFunc(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	for name, c := range map[string]struct{ src, want string }{
 		"unknown key": {"projections:\n  - name: a\n    event_types: [x.y]\n    index: i\n    colour: red\n", "colour"},
-		"no index":    {"projections:\n  - name: a\n    event_types: [x.y]\n", `projections[0]: projection "a": index: is required`},
-		"bad type":    {"projections:\n  - name: a\n    event_types: [x.y]\n    index: i\n    fields: [{from: a, type: strng}]\n", `fields[0].type: "strng" is not one of`},
-		"bad column":  {"projections:\n  - name: a\n    event_types: [x.y]\n    index: i\n    id: '@nope'\n", `"@nope" names no event column`},
+		"no index":    {"projections:\n  - name: a\n    event_types: [x.y]\n", `p.yaml:2: projection "a": projections[0].index: is required`},
+		"bad type":    {"projections:\n  - name: a\n    event_types: [x.y]\n    index: i\n    fields:\n      - {from: a, type: strng}\n", `p.yaml:6: projection "a": projections[0].fields[0].type: "strng" is not one of`},
+		"bad column":  {"projections:\n  - name: a\n    event_types: [x.y]\n    index: i\n    id: '@nope'\n", `p.yaml:5: projection "a": projections[0].id: "@nope" names no event column`},
 	} {
 		_, err := projections.Parse("p.yaml", []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "p.yaml") {
