@@ -54,7 +54,8 @@ type Input struct {
 // Func is a projection written in Go. It receives out pre-filled from the
 // declaration (op, id, version, tenant, the declared fields) and may change
 // any of it. An error it returns is poison; wrap *PoisonError or return any
-// error (it is wrapped).
+// error (it is wrapped). It is called concurrently for different events and
+// must not keep state between calls.
 type Func func(in *Input, out *Result) error
 
 // Upcaster turns a payload of schema_version N into N+1, in place.

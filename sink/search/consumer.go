@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -233,6 +234,16 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 
 	// 1. Upcast and project, per aggregate in order; a poison event stops
 	// its aggregate (later events stay NotAttempted).
+	// Projection is CPU work independent per event: it runs on every core;
+	// results after a poison event of the same aggregate are discarded.
+	results := make([]*projections.Result, len(events))
+	errs := make([]error, len(events))
+	parallel(len(events), func(i int) {
+		results[i], errs[i] = c.cfg.Projections.Project(events[i], c.indexes, c.versionPath)
+		if errs[i] == nil && results[i] != nil {
+			errs[i] = c.resolve(results[i])
+		}
+	})
 	stopped := map[string]bool{}
 	targets := map[string]*target{}
 	var order []*target
@@ -241,10 +252,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		if key != "" && stopped[key] {
 			continue
 		}
-		res, err := c.cfg.Projections.Project(e, c.indexes, c.versionPath)
-		if err == nil && res != nil {
-			err = c.resolve(res)
-		}
+		res, err := results[i], errs[i]
 		if err != nil {
 			out[i] = sink.Poisonf("%v", err)
 			if key != "" {
@@ -472,12 +480,19 @@ type pending struct {
 }
 
 func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcome) {
+	ops := make([]*indexer.BulkOp, len(order))
+	contrib := make([][]int, len(order))
+	parallel(len(order), func(i int) {
+		if t := order[i]; !t.failed {
+			ops[i], contrib[i] = fold(t, t.steps, projections.Clone(t.current), t.curVersion)
+		}
+	})
 	var writes []*pending
-	for _, t := range order {
+	for i, t := range order {
 		if t.failed {
 			continue
 		}
-		op, contributed := fold(t, t.steps, projections.Clone(t.current), t.curVersion)
+		op, contributed := ops[i], contrib[i]
 		if op == nil {
 			// Only ignores or stale events: nothing to write.
 			for _, s := range t.steps {
@@ -697,4 +712,27 @@ func applyState(t *target, r *projections.Result, state map[string]any) map[stri
 		}
 	}
 	return state
+}
+
+// parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines, in contiguous
+// chunks; small n runs inline.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/64)
+	if workers < 2 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for start := 0; start < n; start += chunk {
+		end := min(start+chunk, n)
+		wg.Go(func() {
+			for i := start; i < end; i++ {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
 
@@ -252,5 +253,31 @@ func TestBatchOverNewerState(t *testing.T) {
 	doc, v := b.doc(b.alias, id)
 	if v != 6 || doc["email"] != "new@x" || doc["status"] != "active" {
 		t.Fatalf("v%d %v", v, doc)
+	}
+}
+
+// A batch large enough to be projected and folded on several goroutines:
+// 100 customers × (created + 2 partial updates) in one Deliver, interleaved.
+func TestLargeBatch(t *testing.T) {
+	b := setup(t)
+	ids := make([]uuid.UUID, 100)
+	var evs []outbox.Event
+	for i := range ids {
+		ids[i] = uuid.New()
+		evs = append(evs, customer.Created(ch(ids[i], 1, map[string]any{"status": "draft", "email": "e@x"})))
+	}
+	for v := int64(2); v <= 3; v++ {
+		for i := range ids {
+			evs = append(evs, customer.Updated(ch(ids[i], v, map[string]any{"credit_limit": v})))
+		}
+	}
+	batch := b.produce(evs...)
+	want := make([]sink.Kind, len(batch))
+	for i := range want {
+		want[i] = ok
+	}
+	b.deliver(batch, want...)
+	if n := b.searchable(b.alias, `{"bool":{"filter":[{"term":{"credit_limit":3}},{"term":{"email":"e@x"}}]}}`); n != 100 {
+		t.Fatalf("%d documents at their final state", n)
 	}
 }
