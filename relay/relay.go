@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -39,7 +38,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema), wake: make(chan struct{}, 1)}
+	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize), wake: make(chan struct{}, 1)}
 	r.leases = newLeases(pool, &r.q, &r.cfg)
 	return r, nil
 }
@@ -259,15 +258,25 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 	return ctx, func() { stop(); cancel() }
 }
 
-func scanEvents(rows pgx.Rows, into []claimed) ([]claimed, error) {
+func scanEvents(rows pgx.Rows, into []claimed, heads *[][]int64) ([]claimed, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var ce claimed
 		e := &ce.ev
-		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
+		dest := []any{&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
 			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
-			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
+			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy}
+		var isHead bool
+		var ids []int64
+		if heads != nil {
+			dest = append(dest, &isHead, &ids)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
+		}
+		if isHead {
+			*heads = append(*heads, ids)
+			continue
 		}
 		e.Status = outbox.StatusPending
 		into = append(into, ce)
@@ -276,65 +285,29 @@ func scanEvents(rows pgx.Rows, into []claimed) ([]claimed, error) {
 }
 
 // claim reads the next deliverable events of the claimable partitions, in id
-// order, and how many candidates the first statement found (a full claim
-// means more work is waiting).
+// order, and how many candidates the claim found (a full claim means more
+// work is waiting).
 func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) {
-	q := r.q.claimOwned
-	if c.all {
-		q = r.q.claimAll
-	}
 	r.stats.claims.Add(1)
-	rows, err := r.pool.Query(ctx, q, r.cfg.Partitions, c.parts, r.cfg.BatchSize)
+	var rows pgx.Rows
+	var err error
+	if c.all {
+		rows, err = r.pool.Query(ctx, r.q.claimAll)
+	} else {
+		rows, err = r.pool.Query(ctx, r.q.claimOwned, c.parts)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
-	cand, err := scanEvents(rows, nil)
+	var heads [][]int64
+	cand, err := scanEvents(rows, nil, &heads)
 	if err != nil {
 		return nil, 0, err
 	}
 	scanned := len(cand)
-
-	// Per aggregate, its first undelivered ids (as many as it has candidates).
-	type aggKey struct {
-		t string
-		a uuid.UUID
-	}
-	inCand := map[int64]bool{}
-	count := map[aggKey]int32{}
-	var keys []aggKey
+	inCand := make(map[int64]bool, len(cand))
 	for i := range cand {
-		e := &cand[i].ev
-		if e.AggregateID == nil {
-			continue
-		}
-		inCand[e.ID] = true
-		k := aggKey{e.AggregateType, *e.AggregateID}
-		if count[k] == 0 {
-			keys = append(keys, k)
-		}
-		count[k]++
-	}
-	var heads [][]int64
-	if len(keys) > 0 {
-		ts := make([]string, len(keys))
-		as := make([]uuid.UUID, len(keys))
-		ns := make([]int32, len(keys))
-		for i, k := range keys {
-			ts[i], as[i], ns[i] = k.t, k.a, count[k]
-		}
-		hrows, err := r.pool.Query(ctx, r.q.heads, ts, as, ns)
-		if err != nil {
-			return nil, 0, err
-		}
-		var t string
-		var a uuid.UUID
-		var ids []int64
-		if _, err := pgx.ForEachRow(hrows, []any{&t, &a, &ids}, func() error {
-			heads = append(heads, slices.Clone(ids))
-			return nil
-		}); err != nil {
-			return nil, 0, err
-		}
+		inCand[cand[i].ev.ID] = true
 	}
 
 	// Undelivered events in front of candidates that the LIMIT left out: read
@@ -351,11 +324,11 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 		}
 	}
 	if len(missing) > 0 {
-		frows, err := r.pool.Query(ctx, r.q.fetch, r.cfg.Partitions, missing)
+		frows, err := r.pool.Query(ctx, r.q.fetch, missing)
 		if err != nil {
 			return nil, 0, err
 		}
-		if cand, err = scanEvents(frows, cand); err != nil {
+		if cand, err = scanEvents(frows, cand, nil); err != nil {
 			return nil, 0, err
 		}
 		for _, ce := range cand[scanned:] {
