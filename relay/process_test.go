@@ -265,8 +265,14 @@ func threeRelays(t *testing.T, killOne bool) {
 	t.Logf("all delivered and dispatched after %s", time.Since(began).Round(time.Millisecond))
 	rc.checkOrder(t)
 
-	// Every relay is ready and shares the partitions.
+	// Every relay is alive and ready and shares the partitions.
 	for _, p := range procs {
+		resp, err := http.Get("http://" + p.listen + "/healthz")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s /healthz: %v %v", p.name, err, resp)
+		} else {
+			resp.Body.Close()
+		}
 		testenv.Eventually(t, 20*time.Second, p.ready, "%s ready", p.name)
 	}
 	var owners int
