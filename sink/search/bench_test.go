@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
@@ -23,13 +25,13 @@ const benchBatch = 500
 // timedEngine sums the time spent in _bulk requests.
 type timedEngine struct {
 	indexer.Engine
-	bulk time.Duration
+	bulk atomic.Int64 // ns
 }
 
 func (t *timedEngine) Bulk(ctx context.Context, ops []indexer.BulkOp) ([]indexer.BulkResult, error) {
 	start := time.Now()
 	res, err := t.Engine.Bulk(ctx, ops)
-	t.bulk += time.Since(start)
+	t.bulk.Add(int64(time.Since(start)))
 	return res, err
 }
 
@@ -37,13 +39,13 @@ func (t *timedEngine) Bulk(ctx context.Context, ops []indexer.BulkOp) ([]indexer
 // engine's bulk requests.
 type timed struct {
 	*search.Consumer
-	deliver time.Duration
+	deliver atomic.Int64 // ns
 }
 
 func (t *timed) Deliver(ctx context.Context, evs []*outbox.Event) []sink.Outcome {
 	start := time.Now()
 	out := t.Consumer.Deliver(ctx, evs)
-	t.deliver += time.Since(start)
+	t.deliver.Add(int64(time.Since(start)))
 	return out
 }
 
@@ -79,11 +81,20 @@ func (b *bundle) waitPending(timeout time.Duration) {
 // BenchmarkEndToEnd measures events/s from the outbox to searchable
 // documents (relay → search consumer → OpenSearch, batch 500) and divides it
 // by the raw _bulk rate of the same documents (same ids, versions, batch
-// size, one request at a time) sent straight to a fresh index of the same
-// definition in the same run. Target: ratio >= 0.8.
+// size) sent straight to a fresh index of the same definition in the same
+// run, with as many requests in flight as there are relays. Target: ratio
+// >= 0.8. relays=1 is one relay process; relays=2 is two relays sharing the
+// partitions (a supported deployment), whose claims and acks overlap each
+// other's deliveries.
 //
 //	go test -run '^$' -bench EndToEnd -benchtime 1x ./sink/search/
 func BenchmarkEndToEnd(b *testing.B) {
+	for _, relays := range []int{1, 2} {
+		b.Run(fmt.Sprintf("relays=%d", relays), func(b *testing.B) { benchEndToEnd(b, relays) })
+	}
+}
+
+func benchEndToEnd(b *testing.B, relays int) {
 	const n = 20000
 	for range b.N {
 		bd := setup(b)
@@ -114,7 +125,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { bd.eng.DeleteIndex(bd.ctx, raw) })
-			rate, err := indexer.RawBulkRate(bd.ctx, bd.eng, raw, ops, benchBatch)
+			rate, err := indexer.RawBulkRateConcurrent(bd.ctx, bd.eng, raw, ops, benchBatch, relays)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -126,7 +137,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 		start := time.Now()
 		te := &timedEngine{Engine: bd.eng}
 		tc := &timed{Consumer: bd.consumer(func(c *search.Config) { c.Engine = te })}
-		r := bd.startRelay(tc, benchBatch)
+		var rs []*relay.Relay
+		for range relays {
+			rs = append(rs, bd.startRelay(tc, benchBatch))
+		}
 		// Like the raw side: everything written, then one refresh (polling
 		// with refreshes would slow the engine down).
 		bd.waitPending(5 * time.Minute)
@@ -142,12 +156,19 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.ReportMetric(e2eRate, "e2e_events/s")
 		b.ReportMetric(rawPerSec, "raw_docs/s")
 		b.ReportMetric(e2eRate/rawPerSec, "ratio")
-		rs := r.Stats()
-		b.Logf("end to end: %d events in %s = %.0f events/s; raw _bulk before: %s; after: %s; ratio %.2f",
-			n, e2e.Round(time.Millisecond), e2eRate, raw1, raw2, e2eRate/rawPerSec)
-		b.Logf("relay: %d batches; claim %s, deliver %s (consumer %s, of which _bulk %s), ack %s; writer %+v",
-			rs.Batches, rs.ClaimTime.Round(time.Millisecond), rs.DeliverTime.Round(time.Millisecond),
-			tc.deliver.Round(time.Millisecond), te.bulk.Round(time.Millisecond), rs.AckTime.Round(time.Millisecond), tc.Writer().Stats())
+		var batches uint64
+		var claim, deliver, ack time.Duration
+		for _, r := range rs {
+			st := r.Stats()
+			batches += st.Batches
+			claim, deliver, ack = claim+st.ClaimTime, deliver+st.DeliverTime, ack+st.AckTime
+		}
+		b.Logf("relays=%d: end to end: %d events in %s = %.0f events/s; raw _bulk before: %s; after: %s; ratio %.2f",
+			relays, n, e2e.Round(time.Millisecond), e2eRate, raw1, raw2, e2eRate/rawPerSec)
+		b.Logf("relays=%d: %d batches; summed over relays: claim %s, deliver %s (consumer %s, of which _bulk %s), ack %s; writer %+v",
+			relays, batches, claim.Round(time.Millisecond), deliver.Round(time.Millisecond),
+			time.Duration(tc.deliver.Load()).Round(time.Millisecond), time.Duration(te.bulk.Load()).Round(time.Millisecond),
+			ack.Round(time.Millisecond), tc.Writer().Stats())
 	}
 }
 
