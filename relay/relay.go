@@ -29,6 +29,10 @@ type Relay struct {
 
 	wake    chan struct{}
 	running atomic.Bool
+	// nextDue is the earliest available_at this relay gave a retried event
+	// (zero: none pending); the worker wakes for it instead of waiting for the
+	// next poll. Used by the worker goroutine only.
+	nextDue time.Time
 }
 
 // New checks cfg and returns a relay that uses pool (whose search_path does
@@ -188,7 +192,13 @@ func (r *Relay) work(ctx context.Context) {
 			default:
 			}
 		}
-		poll.Reset(r.cfg.PollInterval)
+		// Wake when the earliest retry this relay scheduled is due (a little
+		// after, for the database's clock), if that comes before the poll.
+		wait := r.cfg.PollInterval
+		if !r.nextDue.IsZero() {
+			wait = max(min(wait, time.Until(r.nextDue)+50*time.Millisecond), 0)
+		}
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
@@ -207,6 +217,9 @@ type claimed struct {
 // batch claims, delivers and acks one batch. full reports that the claim was
 // full, so the loop goes on without waiting.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
+	if !r.nextDue.IsZero() && time.Now().After(r.nextDue) {
+		r.nextDue = time.Time{} // this claim takes what was due
+	}
 	c := r.leases.begin()
 	defer r.leases.done()
 	if len(c.parts) == 0 {
@@ -238,6 +251,14 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	t2 := time.Now()
 	if err := r.ack(ctx, c, acks, &bs); err != nil {
 		return false, err
+	}
+	acked := time.Now() // not before the database's now() of the ack
+	for _, a := range acks {
+		if a.outcome == "retry" {
+			if due := acked.Add(a.delay); r.nextDue.IsZero() || due.Before(r.nextDue) {
+				r.nextDue = due
+			}
+		}
 	}
 	bs.Ack = time.Since(t2)
 	r.stats.add(bs)

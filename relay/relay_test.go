@@ -81,6 +81,7 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 		return http.StatusOK
 	})
 	cfg := fast()
+	cfg.PollInterval = 30 * time.Second // retries must come on time without polling
 	cfg.MaxAttempts = 4
 	cfg.Backoff = config.Backoff{Initial: 200 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.1}
 	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
@@ -133,6 +134,9 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 	// The operator retries (the statement `searchsync outbox retry` runs).
 	rc.setStatus(nil)
 	if _, err := db.Pool.Exec(context.Background(), `UPDATE aa_outbox_event SET status = 'pending', available_at = now() WHERE id = $1 AND status = 'failed'`, head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(context.Background(), `SELECT pg_notify($1, '')`, outbox.Channel(db.Schema)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, behind).Status == "dispatched" }, "released aggregate delivered")
