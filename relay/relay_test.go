@@ -131,13 +131,12 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 		t.Error("event behind the failed head was sent")
 	}
 
-	// The operator retries (the statement `searchsync outbox retry` runs).
+	// The operator retries (what `searchsync outbox retry --id` runs; it
+	// notifies the relays).
 	rc.setStatus(nil)
-	if _, err := db.Pool.Exec(context.Background(), `UPDATE aa_outbox_event SET status = 'pending', available_at = now() WHERE id = $1 AND status = 'failed'`, head); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(context.Background(), `SELECT pg_notify($1, '')`, outbox.Channel(db.Schema)); err != nil {
-		t.Fatal(err)
+	ch, err := outbox.NewAdmin(db.Schema).Retry(context.Background(), db.Pool, outbox.Filter{IDs: []int64{head}}, outbox.ChangeOptions{By: "test"})
+	if err != nil || ch.Count != 1 {
+		t.Fatalf("outbox retry: %+v, %v", ch, err)
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, behind).Status == "dispatched" }, "released aggregate delivered")
 	if got := getRow(t, db, head); got.Status != "dispatched" {
