@@ -64,8 +64,13 @@ type BulkOp struct {
 	Index   string
 	ID      string
 	Version int64
-	Routing string          // optional
-	Doc     json.RawMessage // the whole document, for OpIndex
+	Routing string // optional
+	// RequireAlias makes an index op fail (404 index_not_found, handled
+	// like an unavailable index) instead of auto-creating an index named
+	// like the alias when the alias does not exist. Set it for writes
+	// through an alias; a physical index name must not use it.
+	RequireAlias bool
+	Doc          json.RawMessage // the whole document, for OpIndex
 }
 
 // BulkResult is the engine's answer for one op.

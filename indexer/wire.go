@@ -56,6 +56,9 @@ func appendOp(buf *bytes.Buffer, op *BulkOp) error {
 		buf.WriteString(`,"routing":`)
 		writeJSONString(buf, op.Routing)
 	}
+	if op.RequireAlias && op.Type == OpIndex {
+		buf.WriteString(`,"require_alias":true`)
+	}
 	buf.WriteString("}}\n")
 	if op.Type == OpIndex {
 		// NDJSON: the document must be one line; Compact also validates it.

@@ -37,6 +37,7 @@ func Run(t *testing.T, url string, newEngine NewEngine) {
 	t.Run("Aliases", s.testAliases)
 	t.Run("BulkVersions", s.testBulkVersions)
 	t.Run("BulkMappingRejection", s.testBulkMappingRejection)
+	t.Run("BulkRequireAlias", s.testBulkRequireAlias)
 	t.Run("MGet", s.testMGet)
 	t.Run("SearchThroughFilteredAlias", s.testSearchThroughFilteredAlias)
 	t.Run("EngineDown", s.testEngineDown)
@@ -84,6 +85,34 @@ func (s *suite) newIndex(t *testing.T, eng indexer.Engine, hash string) string {
 		}
 	})
 	return name
+}
+
+// testBulkRequireAlias: a write through an alias that does not exist fails
+// and creates nothing (instead of auto-creating an index named like the
+// alias); through an existing alias it reaches the index.
+func (s *suite) testBulkRequireAlias(t *testing.T) {
+	t.Parallel()
+	eng := s.newEngine(t, s.url)
+	missing := testenv.Name("noalias")
+	res, err := eng.Bulk(ctx(t), []indexer.BulkOp{{Type: indexer.OpIndex, Index: missing, ID: "1", Version: 1, Doc: json.RawMessage(`{"name":"x"}`), RequireAlias: true}})
+	if err != nil {
+		t.Fatalf("bulk: %v", err)
+	}
+	if res[0].Status != 404 {
+		t.Errorf("write through a missing alias: %+v, want 404", res[0])
+	}
+	if info, err := eng.GetIndex(ctx(t), missing); err != nil || info != nil {
+		t.Errorf("index %s exists after a write with require_alias: %+v, %v", missing, info, err)
+	}
+	idx := s.newIndex(t, eng, "h")
+	alias := idx + "_alias"
+	if err := eng.UpdateAliases(ctx(t), []indexer.AliasAction{{Add: true, Index: idx, Alias: alias}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = eng.Bulk(ctx(t), []indexer.BulkOp{{Type: indexer.OpIndex, Index: alias, ID: "1", Version: 1, Doc: json.RawMessage(`{"name":"x"}`), RequireAlias: true}})
+	if err != nil || res[0].Status/100 != 2 {
+		t.Fatalf("write through an existing alias: %+v, %v", res, err)
+	}
 }
 
 func (s *suite) testPing(t *testing.T) {

@@ -456,7 +456,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 	if last == nil {
 		return nil, nil
 	}
-	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: last.Version}
+	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: last.Version, RequireAlias: true}
 	if deleted {
 		op.Type = indexer.OpDelete
 	} else {
@@ -544,7 +544,7 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 		owner = append(owner, i)
 		for _, x := range p.extra {
 			op := *p.op
-			op.Index = x
+			op.Index, op.RequireAlias = x, false // a physical reindex target
 			ops = append(ops, op)
 			owner = append(owner, i)
 		}
