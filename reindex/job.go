@@ -49,8 +49,9 @@ type Progress struct {
 	Phase          string    `json:"phase"`
 	DocsSeeded     int64     `json:"docs_seeded"`
 	SeedDone       bool      `json:"seed_done"`
-	LastID         int64     `json:"last_id"`   // the last outbox id replayed
-	Watermark      int64     `json:"watermark"` // the max outbox id of the current pass
+	SeedTask       string    `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
+	LastID         int64     `json:"last_id"`             // the last outbox id replayed
+	Watermark      int64     `json:"watermark"`           // the max outbox id of the current pass
 	EventsReplayed int64     `json:"events_replayed"`
 	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
 	Stale          int64     `json:"stale"`        // writes the target already held (409)

@@ -220,7 +220,7 @@ func TestReindexUnderLoad(t *testing.T) {
 		_, prog, _ := b.jobState(b.alias)
 		return prog.Phase == PhaseReplay && prog.LastID > 0
 	}, "the first reindex replays")
-	target, err := Abort(b.ctx, b.db.Pool, b.eng, b.alias, testLogger(t))
+	target, err := Abort(b.ctx, b.db.Pool, b.eng, b.ecfg, b.alias, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -237,3 +237,90 @@ func (r *raw) putSettings(ctx context.Context, index string, settings map[string
 	}
 	return nil
 }
+
+// taskStatus is the part of a _reindex task's status searchsync reads.
+type taskStatus struct {
+	Total            int64 `json:"total"`
+	Created          int64 `json:"created"`
+	Updated          int64 `json:"updated"`
+	VersionConflicts int64 `json:"version_conflicts"`
+}
+
+// copyServerSide copies the documents of source matching query to dest with
+// the engine's _reindex (the documents never leave the engine), keeping
+// each document's version as external version; version conflicts (dest
+// holds that version or a newer one) are counted, not errors. progress is
+// called about every second. A cancelled ctx cancels the task.
+func (r *raw) copyServerSide(ctx context.Context, source, dest string, query json.RawMessage, batch int, started func(task string), progress func(taskStatus)) (taskStatus, error) {
+	src := map[string]any{"index": source, "size": batch}
+	if query != nil {
+		src["query"] = query
+	}
+	body := map[string]any{"conflicts": "proceed", "source": src, "dest": map[string]any{"index": dest, "version_type": "external"}}
+	var task struct {
+		Task string `json:"task"`
+	}
+	if err := r.do(ctx, http.MethodPost, "/_reindex?wait_for_completion=false&slices=auto", body, &task); err != nil {
+		return taskStatus{}, fmt.Errorf("copy %s to %s: %w", source, dest, err)
+	}
+	if started != nil {
+		started(task.Task)
+	}
+	for {
+		var t struct {
+			Completed bool `json:"completed"`
+			Task      struct {
+				Status taskStatus `json:"status"`
+			} `json:"task"`
+			Error *struct {
+				Type   string `json:"type"`
+				Reason string `json:"reason"`
+			} `json:"error"`
+			Response *struct {
+				Failures []json.RawMessage `json:"failures"`
+			} `json:"response"`
+		}
+		// Waits up to a second for the task to complete: progress every
+		// second, completion noticed at once.
+		err := r.do(ctx, http.MethodGet, "/_tasks/"+task.Task+"?wait_for_completion=true&timeout=1s", nil, &t)
+		if ee, ok := indexer.AsEngineError(err); ok && ee.Status == http.StatusRequestTimeout || ok && strings.Contains(ee.Type, "timeout") {
+			err = r.do(ctx, http.MethodGet, "/_tasks/"+task.Task, nil, &t)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = r.do(c, http.MethodPost, "/_tasks/"+task.Task+"/_cancel", nil, nil)
+				cancel()
+				return taskStatus{}, ctx.Err()
+			}
+			return taskStatus{}, fmt.Errorf("copy %s to %s: task %s: %w", source, dest, task.Task, err)
+		}
+		if progress != nil {
+			progress(t.Task.Status)
+		}
+		if t.Completed {
+			switch {
+			case t.Error != nil:
+				return t.Task.Status, fmt.Errorf("copy %s to %s: %s: %s", source, dest, t.Error.Type, t.Error.Reason)
+			case t.Response != nil && len(t.Response.Failures) > 0:
+				return t.Task.Status, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", source, dest, len(t.Response.Failures), t.Response.Failures[0])
+			}
+			return t.Task.Status, nil
+		}
+		if ctx.Err() != nil {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = r.do(c, http.MethodPost, "/_tasks/"+task.Task+"/_cancel", nil, nil)
+			cancel()
+			return taskStatus{}, ctx.Err()
+		}
+	}
+}
+
+// cancelTask cancels an engine task; a task that is gone is not an error.
+func (r *raw) cancelTask(ctx context.Context, task string) error {
+	err := r.do(ctx, http.MethodPost, "/_tasks/"+task+"/_cancel", nil, nil)
+	if ee, ok := indexer.AsEngineError(err); ok && ee.Status == http.StatusNotFound {
+		return nil
+	}
+	return err
+}

@@ -74,6 +74,10 @@ type Config struct {
 	// projection changed in a way that changes stored documents. Default:
 	// documents are copied as they are (the engine applies the new mapping).
 	Reproject func(doc map[string]any) (map[string]any, error)
+	// ClientSeed copies the live documents through searchsync (scroll and
+	// bulk) instead of the engine's _reindex API. Default false; implied by
+	// Reproject.
+	ClientSeed bool
 	// Force rebuilds even when the live index already matches the definition
 	// (after a projection change, which the definition hash does not cover).
 	Force bool
@@ -154,6 +158,15 @@ type Reindexer struct {
 	prefetch *prefetch
 	skipped  atomic.Int64
 
+	// versionPathSQL is the version path of every projection of the alias
+	// (nil when they differ or use Go code); idIsAggregate says that every
+	// one uses the aggregate id as document id. Both allow skipping events
+	// older than the seed before projecting them.
+	versionPathSQL []string
+	idIsAggregate  bool
+	skippedEvents  atomic.Int64
+	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
+
 	slow   time.Duration // tests: a pause per replayed chunk
 	source string        // the live index (tombstones are read from it) // replayed documents not written because the seed was newer
 }
@@ -175,7 +188,31 @@ func New(cfg Config) (*Reindexer, error) {
 	r := &Reindexer{cfg: cfg, alias: alias, raw: newRaw(cfg.EngineConfig, cfg.HTTPClient), w: &writer{eng: cfg.Engine}, seeded: map[string]int64{}}
 	r.log = cfg.Logger.With("alias", alias)
 	r.aggTypes = aggregateTypes(cfg.Projections, cfg.Def.Alias)
+	r.versionPathSQL, r.idIsAggregate = prefilter(cfg.Projections, cfg.Def)
 	return r, nil
+}
+
+// prefilter returns the common version path (as a Postgres text[] path)
+// and whether every projection of the alias uses the aggregate id as
+// document id without Go code.
+func prefilter(set *projections.Set, def *mapping.Def) ([]string, bool) {
+	var path string
+	ok := true
+	for _, p := range set.Projections() {
+		if p.Index != def.Alias {
+			continue
+		}
+		vp := cmp.Or(p.Version, def.VersionPath, "version")
+		if path != "" && vp != path || strings.HasPrefix(vp, "@") || p.Go != "" {
+			return nil, false
+		}
+		path = vp
+		ok = ok && p.ID == "@aggregate_id"
+	}
+	if path == "" || !ok {
+		return nil, false
+	}
+	return strings.Split(path, "."), true
 }
 
 // aggregateTypes returns the literal aggregate types of the projections of
@@ -400,6 +437,13 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 		return r.finish(ctx, start, nil)
 	}
 
+	// Nobody searches the target before the swap: no periodic refresh while
+	// it fills (the check and the swap refresh it explicitly; reads of the
+	// replay are real-time gets).
+	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": "-1"}); err != nil {
+		return nil, err
+	}
+
 	// 2. Dual writes on, then wait until every search consumer has seen it:
 	// from then on every live op reaches the target, and everything
 	// delivered before is committed and visible to the replay.
@@ -415,11 +459,16 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 
 	// 3. Seed from the live index (history compaction removed).
 	t0 := time.Now()
+	seeding := !r.snapshot().SeedDone
+	if seeding {
+		r.seedDone = make(chan struct{})
+	}
 	r.startPrefetch(ctx)
-	if !r.snapshot().SeedDone {
+	if seeding {
 		if err := r.seed(ctx, job.Params.Source); err != nil {
 			return nil, err
 		}
+		close(r.seedDone)
 	}
 	t1 := time.Now()
 
@@ -430,8 +479,11 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	t2 := time.Now()
 	r.timings = Timings{Seed: t1.Sub(t0).Seconds(), Replay: t2.Sub(t1).Seconds()}
 
-	// 5. Completeness check.
+	// 5. Completeness check, with the definition's refresh interval back.
 	r.setPhase(PhaseVerify)
+	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": refreshInterval(r.cfg.Def)}); err != nil {
+		return nil, err
+	}
 	report, err := r.verify(ctx, job.Params.Source, r.target)
 	if err != nil {
 		return nil, err
@@ -580,7 +632,7 @@ func (r *Reindexer) snapshot() Progress {
 	p := r.progress
 	p.Stale = r.w.stale.Load()
 	p.Poison = r.poison.Load()
-	p.SeedNewer = r.skipped.Load()
+	p.SeedNewer = r.skipped.Load() + r.skippedEvents.Load()
 	return p
 }
 
@@ -600,11 +652,15 @@ func (r *Reindexer) setPhase(phase string) {
 func (r *Reindexer) seed(ctx context.Context, source string) error {
 	r.setPhase(PhaseSeed)
 	r.update(func(p *Progress) { p.DocsSeeded = 0 })
+	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
+		return r.seedServerSide(ctx, source)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Concurrency)
 	rt := rate{start: time.Now()}
 	var seeded atomic.Int64
-	err := r.raw.scroll(gctx, source, r.cfg.Def.SearchFilter(), r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
+	// Pages of two bulks: fewer scroll round trips, the same bulk size.
+	err := r.raw.scroll(gctx, source, r.cfg.Def.SearchFilter(), 2*r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
 		ops := make([]indexer.BulkOp, 0, len(hits))
 		for _, h := range hits {
 			doc := h.Source
@@ -627,20 +683,11 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 			r.seeded[h.ID] = h.Version
 		}
 		r.seededMu.Unlock()
-		g.Go(func() error {
-			if err := r.w.bulk(gctx, ops); err != nil {
-				return err
-			}
-			n := seeded.Add(int64(len(ops)))
-			r.update(func(p *Progress) {
-				p.DocsSeeded = n
-				p.Rate = rt.perSecond(n)
-				if p.Rate > 0 && total > n {
-					p.ETA = (time.Duration(float64(total-n)/p.Rate) * time.Second).Round(time.Second).String()
-				}
-			})
-			return nil
-		})
+		for len(ops) > 0 {
+			part := ops[:min(len(ops), r.cfg.BulkSize)]
+			ops = ops[len(part):]
+			r.seedBulk(gctx, g, part, &seeded, &rt, total)
+		}
 		return nil
 	})
 	if gerr := g.Wait(); err == nil {
@@ -652,6 +699,73 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	r.update(func(p *Progress) { p.SeedDone = true })
 	r.log.Info("reindex: seeded from the live index", "docs", seeded.Load(), "source", source)
 	return r.saveProgress(ctx)
+}
+
+// seedServerSide copies the live documents with the engine's _reindex (no
+// transfer through searchsync) while the seeded versions are read with a
+// scroll of ids and versions only.
+func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
+	if t := r.snapshot().SeedTask; t != "" {
+		// The copy of an interrupted run may still be going on.
+		if err := r.raw.cancelTask(ctx, t); err != nil {
+			r.log.Warn("reindex: cancel the seed task of the interrupted run", "task", t, "error", err.Error())
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	rt := rate{start: time.Now()}
+	var st taskStatus
+	g.Go(func() error {
+		var err error
+		st, err = r.raw.copyServerSide(gctx, source, r.target, r.cfg.Def.SearchFilter(), r.cfg.BulkSize, func(task string) {
+			r.update(func(p *Progress) { p.SeedTask = task })
+			_ = r.saveProgress(gctx) // so that abort can cancel it
+		}, func(s taskStatus) {
+			n := s.Created + s.Updated + s.VersionConflicts
+			r.update(func(p *Progress) {
+				p.DocsSeeded = n
+				p.Rate = rt.perSecond(n)
+				if p.Rate > 0 && s.Total > n {
+					p.ETA = (time.Duration(float64(s.Total-n)/p.Rate) * time.Second).Round(time.Second).String()
+				}
+			})
+		})
+		return err
+	})
+	g.Go(func() error {
+		return r.raw.scroll(gctx, source, r.cfg.Def.SearchFilter(), 5000, false, func(_ int64, hits []scrollHit) error {
+			r.seededMu.Lock()
+			for _, h := range hits {
+				r.seeded[h.ID] = h.Version
+			}
+			r.seededMu.Unlock()
+			return nil
+		})
+	})
+	if err := g.Wait(); err != nil {
+		clear(r.seeded)
+		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
+	}
+	r.w.stale.Add(st.VersionConflicts)
+	r.update(func(p *Progress) { p.DocsSeeded = st.Created + st.Updated; p.SeedDone = true; p.SeedTask = "" })
+	r.log.Info("reindex: seeded from the live index (server-side _reindex)", "docs", st.Created+st.Updated, "conflicts", st.VersionConflicts, "source", source)
+	return r.saveProgress(ctx)
+}
+
+func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []indexer.BulkOp, seeded *atomic.Int64, rt *rate, total int64) {
+	g.Go(func() error {
+		if err := r.w.bulk(ctx, ops); err != nil {
+			return err
+		}
+		n := seeded.Add(int64(len(ops)))
+		r.update(func(p *Progress) {
+			p.DocsSeeded = n
+			p.Rate = rt.perSecond(n)
+			if p.Rate > 0 && total > n {
+				p.ETA = (time.Duration(float64(total-n)/p.Rate) * time.Second).Round(time.Second).String()
+			}
+		})
+		return nil
+	})
 }
 
 // replay reads the outbox after progress.LastID up to the watermark (the
@@ -679,7 +793,7 @@ const readAhead = 8 // chunks read and projected ahead of the writes
 // them in another (each chunk on every core), so that reading, projecting
 // and writing overlap.
 func (r *Reindexer) reader(ctx context.Context, from, until int64) (<-chan read, context.CancelFunc) {
-	raws := make(chan read, 2)
+	raws := make(chan read, readAhead)
 	reads := make(chan read, readAhead)
 	rctx, cancel := context.WithCancel(ctx)
 	go func() {
@@ -704,6 +818,17 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64) (<-chan read,
 	}()
 	go func() {
 		defer close(reads)
+		if r.seedDone != nil {
+			// Project only once the seeded versions are known: events the
+			// seed holds newer are then skipped without projecting them.
+			select {
+			case <-r.seedDone:
+			case <-rctx.Done():
+				for range raws {
+				}
+				return
+			}
+		}
 		for rd := range raws {
 			if rd.err == nil {
 				t := time.Now()
@@ -1010,6 +1135,23 @@ func (r *Reindexer) skipSeeded(order []string, steps map[string][]*projections.R
 		out = append(out, id)
 	}
 	return out
+}
+
+// refreshInterval is the definition's index.refresh_interval, nil (the
+// engine's default) when it sets none.
+func refreshInterval(def *mapping.Def) any {
+	if v, ok := def.Settings["refresh_interval"]; ok {
+		return v
+	}
+	if v, ok := def.Settings["index.refresh_interval"]; ok {
+		return v
+	}
+	if ix, ok := def.Settings["index"].(map[string]any); ok {
+		if v, ok := ix["refresh_interval"]; ok {
+			return v
+		}
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

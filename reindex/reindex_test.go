@@ -29,6 +29,19 @@ func testLogger(t testing.TB) *slog.Logger {
 // check passes, the alias moves, and every document equals the truth.
 func TestReindexAfterCompaction(t *testing.T) {
 	t.Parallel()
+	for _, client := range []bool{false, true} {
+		name := "server_side_seed"
+		if client {
+			name = "client_seed"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			reindexAfterCompaction(t, client)
+		})
+	}
+}
+
+func reindexAfterCompaction(t *testing.T, clientSeed bool) {
 	b := setup(t)
 	b.write(3000)
 	b.dispatchAll()
@@ -47,11 +60,13 @@ func TestReindexAfterCompaction(t *testing.T) {
 	}
 
 	def := b.def(emailAsText)
+	cfg := b.config(def)
+	cfg.ClientSeed = clientSeed
 	st, err := mapping.Check(b.ctx, b.eng, def)
 	if err != nil || !st.Drift || !strings.Contains(st.Message(), "searchsync reindex "+b.alias) {
 		t.Fatalf("drift not reported with the command: %+v %v", st, err)
 	}
-	r, err := New(b.config(def))
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

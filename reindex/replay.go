@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,8 @@ import (
 // patterns.
 const replayEventsSQL = `
 SELECT e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
-       e.correlation_id, e.payload, e.status, e.created_at
+       e.correlation_id, e.payload, e.status, e.created_at,
+       CASE WHEN $5::text[] IS NULL THEN NULL ELSE e.payload #>> $5::text[] END
 FROM aa_outbox_event e
 WHERE e.id > $1 AND e.id <= $2
   AND ($4::text[] IS NULL OR e.aggregate_type = ANY($4))
@@ -50,11 +52,15 @@ GROUP BY event_type, aggregate_type`
 // chunk is one read of the outbox.
 type chunk struct {
 	events []*outbox.Event
-	last   int64 // the cursor after this chunk
+	// versions are the raw payload versions at the alias's version path
+	// (-1 when unknown), for skipping events the seed holds newer
+	// without projecting them.
+	versions []int64
+	last     int64 // the cursor after this chunk
 }
 
 func (r *Reindexer) readChunk(ctx context.Context, after, until int64) (*chunk, error) {
-	rows, err := r.cfg.Pool.Query(ctx, replayEventsSQL, after, until, r.cfg.ChunkSize, r.aggTypes)
+	rows, err := r.cfg.Pool.Query(ctx, replayEventsSQL, after, until, r.cfg.ChunkSize, r.aggTypes, r.versionPathSQL)
 	if err != nil {
 		return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
 	}
@@ -63,11 +69,19 @@ func (r *Reindexer) readChunk(ctx context.Context, after, until int64) (*chunk, 
 	for rows.Next() {
 		e := &outbox.Event{}
 		var tenant, agg, corr *uuid.UUID
-		if err := rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt); err != nil {
+		var rawVersion *string
+		if err := rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt, &rawVersion); err != nil {
 			return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
 		}
 		e.TenantID, e.AggregateID, e.CorrelationID = tenant, agg, corr
 		c.events = append(c.events, e)
+		v := int64(-1)
+		if rawVersion != nil {
+			if n, err := strconv.ParseInt(*rawVersion, 10, 64); err == nil && n >= 0 {
+				v = n
+			}
+		}
+		c.versions = append(c.versions, v)
 		c.last = e.ID
 	}
 	if err := rows.Err(); err != nil {
@@ -118,6 +132,9 @@ func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*proje
 				if r.cfg.Wants != nil && !r.cfg.Wants(e.EventType, e.AggregateType) {
 					continue
 				}
+				if r.seededNewer(e, c.versions[i]) {
+					continue
+				}
 				res, err := r.cfg.Projections.Project(e, []string{r.cfg.Def.Alias}, r.versionPath)
 				if err != nil {
 					if n := r.poison.Add(1); n <= 10 {
@@ -146,6 +163,26 @@ func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*proje
 }
 
 func (r *Reindexer) versionPath(string) string { return r.cfg.Def.VersionPath }
+
+// seededNewer reports whether the seed wrote e's document at a version not
+// older than e's, so that projecting e is useless. It only decides where
+// the projection's document id is the aggregate id and the payload version
+// could be read without decoding (versionPathSQL); otherwise the event is
+// projected and skipSeeded decides.
+func (r *Reindexer) seededNewer(e *outbox.Event, v int64) bool {
+	if v < 0 || e.AggregateID == nil || len(r.seeded) == 0 || !r.idIsAggregate {
+		return false
+	}
+	sv, ok := r.seeded[e.AggregateID.String()]
+	if !ok || v > sv {
+		return false
+	}
+	if p := r.cfg.Projections.Find(e.EventType, e.AggregateType, []string{r.cfg.Def.Alias}); p == nil || p.Go != "" {
+		return false
+	}
+	r.skippedEvents.Add(1)
+	return true
+}
 
 // apply runs the steps of one document onto st (coalescing) and returns the
 // op that writes the result, or ok false when no step is newer than st.

@@ -30,6 +30,7 @@ type ReindexStartCmd struct {
 	DryRun      bool          `help:"Say what would be done (new index, definition changes, events to replay, documents to seed); change nothing."`
 	KeepOld     time.Duration `default:"24h" help:"Keep the old index this long after the swap (0: delete it right away)."`
 	Force       bool          `help:"Rebuild even when the live index matches the definition (after a projection change)."`
+	ClientSeed  bool          `help:"Copy the live documents through searchsync (scroll + bulk) instead of the engine's _reindex API."`
 	Resume      bool          `help:"Only resume an interrupted reindex (fail when there is none). Without it, an interrupted one is resumed too."`
 	StaleAfter  time.Duration `default:"15s" help:"A running reindex whose heartbeat is older than this is taken over."`
 	ChunkSize   int           `default:"5000" help:"Events read and coalesced at once."`
@@ -68,7 +69,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	var last time.Time
 	cfg := reindex.Config{
 		Pool: pool, Engine: eng, EngineConfig: e.cfg.Engine, Def: def, Tenant: tenant, Projections: set,
-		Wants: searchRoutes(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, Force: c.Force,
+		Wants: searchRoutes(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, Force: c.Force, ClientSeed: c.ClientSeed,
 		ChunkSize: c.ChunkSize, BulkSize: c.BulkSize, Concurrency: c.Concurrency, Logger: e.logger,
 		OnProgress: func(p reindex.Progress) {
 			if time.Since(last) < 2*time.Second {
@@ -247,7 +248,7 @@ func (c *ReindexAbortCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	target, err := reindex.Abort(ctx, pool, eng, c.Alias, e.logger)
+	target, err := reindex.Abort(ctx, pool, eng, e.cfg.Engine, c.Alias, e.logger)
 	if errors.Is(err, reindex.ErrNoJob) {
 		return fmt.Errorf("reindex abort: no reindex of %s is running", c.Alias)
 	}
