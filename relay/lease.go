@@ -242,6 +242,16 @@ func (l *leases) begin() claimable {
 	return c
 }
 
+// keep marks only c's partitions in flight (the batch before it is acked).
+func (l *leases) keep(c claimable) {
+	l.mu.Lock()
+	clear(l.inflight)
+	for _, p := range c.parts {
+		l.inflight[int(p)] = true
+	}
+	l.mu.Unlock()
+}
+
 func (l *leases) done() {
 	l.mu.Lock()
 	clear(l.inflight)

@@ -29,6 +29,8 @@ type Relay struct {
 
 	wake    chan struct{}
 	running atomic.Bool
+	// next is a claim that came with the last ack. Worker goroutine only.
+	next *prefetch
 	// nextDue is the earliest available_at this relay gave a retried event
 	// (zero: none pending); the worker wakes for it instead of waiting for the
 	// next poll. Used by the worker goroutine only.
@@ -214,30 +216,53 @@ type claimed struct {
 	part int32
 }
 
+// prefetch is a claim sent in the same round trip as the previous batch's
+// ack.
+type prefetch struct {
+	c       claimable
+	evs     []claimed
+	scanned int
+	took    time.Duration
+}
+
 // batch claims, delivers and acks one batch. full reports that the claim was
-// full, so the loop goes on without waiting.
+// full, so the loop goes on without waiting. After a full claim the next
+// claim travels with the ack (one round trip, one implicit transaction: it
+// sees the ack's changes) and is kept for the next call.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	if !r.nextDue.IsZero() && time.Now().After(r.nextDue) {
 		r.nextDue = time.Time{} // this claim takes what was due
 	}
-	c := r.leases.begin()
-	defer r.leases.done()
-	if len(c.parts) == 0 {
-		return false, nil
-	}
-	bs := BatchStats{Partitions: len(c.parts)}
-
-	t0 := time.Now()
-	cctx, cancelClaim := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
-	evs, scanned, err := r.claim(cctx, c)
-	cancelClaim()
-	bs.Claim = time.Since(t0)
-	if err != nil {
-		return false, fmt.Errorf("relay: claim: %w", err)
+	var (
+		c       claimable
+		evs     []claimed
+		scanned int
+		bs      BatchStats
+	)
+	if p := r.next; p != nil {
+		r.next = nil
+		c, evs, scanned, bs.Claim = p.c, p.evs, p.scanned, p.took
+	} else {
+		c = r.leases.begin()
+		if len(c.parts) == 0 {
+			r.leases.done()
+			return false, nil
+		}
+		t0 := time.Now()
+		cctx, cancelClaim := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
+		evs, scanned, err = r.claim(cctx, c)
+		cancelClaim()
+		bs.Claim = time.Since(t0)
+		if err != nil {
+			r.leases.done()
+			return false, fmt.Errorf("relay: claim: %w", err)
+		}
 	}
 	if len(evs) == 0 {
+		r.leases.done()
 		return false, nil
 	}
+	bs.Partitions = len(c.parts)
 	bs.Claimed = len(evs)
 
 	// Deliver even if ctx is cancelled now: the batch in flight finishes
@@ -249,23 +274,41 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	bs.Deliver = time.Since(t1)
 
 	t2 := time.Now()
-	if err := r.ack(ctx, c, acks, &bs); err != nil {
-		return false, err
+	full = scanned >= r.cfg.BatchSize
+	acked := false
+	if full && ctx.Err() == nil && len(acks) > 0 {
+		if next := r.leases.begin(); len(next.parts) > 0 {
+			p, err := r.ackAndClaim(ctx, c, acks, &bs, next)
+			if err == nil {
+				acked = true
+				r.next = p
+				r.leases.keep(next)
+			} else if ctx.Err() == nil {
+				r.cfg.Logger.Debug("relay: pipelined ack failed; acking alone", "error", err)
+			}
+		}
 	}
-	acked := time.Now() // not before the database's now() of the ack
+	if !acked {
+		err := r.ack(ctx, c, acks, &bs)
+		r.leases.done()
+		if err != nil {
+			return false, err
+		}
+	}
+	done := time.Now() // not before the database's now() of the ack
 	for _, a := range acks {
 		if a.outcome == "retry" {
-			if due := acked.Add(a.delay); r.nextDue.IsZero() || due.Before(r.nextDue) {
+			if due := done.Add(a.delay); r.nextDue.IsZero() || due.Before(r.nextDue) {
 				r.nextDue = due
 			}
 		}
 	}
-	bs.Ack = time.Since(t2)
+	bs.Ack = done.Sub(t2)
 	r.stats.add(bs)
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(bs)
 	}
-	return scanned >= r.cfg.BatchSize, nil
+	return full, nil
 }
 
 // graceContext is a context that is not cancelled with parent, but grace
@@ -305,26 +348,41 @@ func scanEvents(rows pgx.Rows, into []claimed, heads *[][]int64) ([]claimed, err
 	return into, rows.Err()
 }
 
+// claimQuery is the claim statement for c and its arguments.
+func (r *Relay) claimQuery(c claimable) (string, []any) {
+	if c.all {
+		return r.q.claimAll, nil
+	}
+	return r.q.claimOwned, []any{c.parts}
+}
+
 // claim reads the next deliverable events of the claimable partitions, in id
 // order, and how many candidates the claim found (a full claim means more
 // work is waiting).
 func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) {
-	r.stats.claims.Add(1)
-	var rows pgx.Rows
-	var err error
-	if c.all {
-		rows, err = r.pool.Query(ctx, r.q.claimAll)
-	} else {
-		rows, err = r.pool.Query(ctx, r.q.claimOwned, c.parts)
-	}
+	q, args := r.claimQuery(c)
+	rows, err := r.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, 0, err
 	}
+	return r.finishClaim(ctx, rows)
+}
+
+// finishClaim reads the claim's rows and keeps, per aggregate, the unbroken
+// run from its head (reading heads the LIMIT left out).
+func (r *Relay) finishClaim(ctx context.Context, rows pgx.Rows) ([]claimed, int, error) {
 	var heads [][]int64
 	cand, err := scanEvents(rows, nil, &heads)
 	if err != nil {
 		return nil, 0, err
 	}
+	return r.completeClaim(ctx, cand, heads)
+}
+
+// completeClaim keeps, per aggregate, the unbroken run from its head among
+// the candidates, reading the heads that lie beyond the LIMIT.
+func (r *Relay) completeClaim(ctx context.Context, cand []claimed, heads [][]int64) ([]claimed, int, error) {
+	r.stats.claims.Add(1)
 	scanned := len(cand)
 	inCand := make(map[int64]bool, len(cand))
 	for i := range cand {
@@ -381,6 +439,7 @@ func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) 
 type ackRow struct {
 	id        int64
 	part      int32
+	attempts  int    // as claimed
 	outcome   string // dispatched, skipped, retry, failed
 	lastError string
 	delay     time.Duration
@@ -458,7 +517,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ac
 			bs.Untouched++
 			continue
 		}
-		row := ackRow{id: e.ID, part: evs[i].part}
+		row := ackRow{id: e.ID, part: evs[i].part, attempts: e.Attempts}
 		if len(routed[i]) == 0 {
 			row.outcome = "skipped"
 			bs.Skipped++
@@ -518,32 +577,46 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ac
 	return acks
 }
 
+// ackArgs are the arguments of the ack statement.
+func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
+	n := len(acks)
+	ids := make([]int64, n)
+	parts := make([]int32, n)
+	attempts := make([]int32, n)
+	outcome := make([]string, n)
+	lastErr := make([]string, n)
+	delay := make([]int64, n)
+	for i, a := range acks {
+		ids[i], parts[i], attempts[i], outcome[i], lastErr[i], delay[i] = a.id, a.part, int32(a.attempts), a.outcome, a.lastError, a.delay.Milliseconds()
+	}
+	return []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay}
+}
+
+func (r *Relay) countFenced(n int, affected int64, bs *BatchStats) {
+	if fenced := n - int(affected); fenced > 0 {
+		bs.Fenced = fenced
+		r.cfg.Logger.Warn("relay: outcomes not recorded: partition lease lost (the new owner delivers these events again)",
+			"events", fenced, "batch", n)
+	}
+}
+
 // ack writes the outcomes in one statement, retrying while the database is
-// away for as long as the leases can still be valid.
+// away for as long as the leases can still be valid. The statement only
+// applies to rows whose attempts are still what was claimed, so a retry after
+// an ack whose reply was lost changes nothing twice.
 func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats) error {
 	if len(acks) == 0 {
 		return nil
 	}
 	n := len(acks)
-	ids := make([]int64, n)
-	parts := make([]int32, n)
-	outcome := make([]string, n)
-	lastErr := make([]string, n)
-	delay := make([]int64, n)
-	for i, a := range acks {
-		ids[i], parts[i], outcome[i], lastErr[i], delay[i] = a.id, a.part, a.outcome, a.lastError, a.delay.Milliseconds()
-	}
+	args := r.ackArgs(c, acks)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
 	defer cancel()
 	bo := newWaitBackoff()
 	for {
-		tag, err := r.pool.Exec(actx, r.q.ack, r.cfg.InstanceID, c.parts, c.epochs, ids, parts, outcome, lastErr, delay)
+		tag, err := r.pool.Exec(actx, r.q.ack, args...)
 		if err == nil {
-			if fenced := n - int(tag.RowsAffected()); fenced > 0 {
-				bs.Fenced = fenced
-				r.cfg.Logger.Warn("relay: outcomes not recorded: partition lease lost (the new owner delivers these events again)",
-					"events", fenced, "batch", n)
-			}
+			r.countFenced(n, tag.RowsAffected(), bs)
 			return nil
 		}
 		d := bo.NextBackOff()
@@ -556,6 +629,48 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 		case <-time.After(d):
 		}
 	}
+}
+
+// ackAndClaim sends the ack of this batch and the claim of the next in one
+// round trip. They run in one implicit transaction: on any error neither
+// took effect, and the caller acks alone.
+func (r *Relay) ackAndClaim(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats, next claimable) (*prefetch, error) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
+	defer cancel()
+	t := time.Now()
+	b := &pgx.Batch{}
+	b.Queue(r.q.ack, r.ackArgs(c, acks)...)
+	q, args := r.claimQuery(next)
+	b.Queue(q, args...)
+	br := r.pool.SendBatch(actx, b)
+	tag, err := br.Exec()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	var heads [][]int64
+	cand, err := scanEvents(rows, nil, &heads)
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	r.countFenced(len(acks), tag.RowsAffected(), bs)
+	p := &prefetch{c: next}
+	// The ack is committed; a failure to complete the claim only drops it.
+	if p.evs, p.scanned, err = r.completeClaim(ctx, cand, heads); err != nil {
+		r.cfg.Logger.Debug("relay: prefetched claim dropped", "error", err)
+		p.evs, p.scanned = nil, 0
+	}
+	p.took = time.Since(t)
+	return p, nil
 }
 
 func deadline(ctx context.Context) time.Time {

@@ -86,7 +86,8 @@ WHERE e.id = ANY($1::bigint[]) AND e.status = 'pending' AND e.available_at <= no
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
 // events whose partition the acker ($1) still holds with the epoch it claimed
-// under ($2/$3 partitions/epochs) and that are still pending.
+// under ($2/$3 partitions/epochs) and that are still pending with the
+// attempts they were claimed with (so applying an ack twice changes nothing).
 const ackSQL = `
 WITH lease AS (
 	SELECT l.partition FROM {s}.aa_relay_lease l
@@ -95,8 +96,8 @@ WITH lease AS (
 	FOR SHARE
 ),
 o AS (
-	SELECT * FROM unnest($4::bigint[], $5::int[], $6::text[], $7::text[], $8::bigint[])
-	         AS o(id, part, outcome, last_error, delay_ms)
+	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::text[], $8::text[], $9::bigint[])
+	         AS o(id, part, attempts, outcome, last_error, delay_ms)
 	WHERE o.part IN (SELECT partition FROM lease)
 )
 UPDATE {s}.aa_outbox_event e SET
@@ -106,7 +107,7 @@ UPDATE {s}.aa_outbox_event e SET
 	available_at = CASE WHEN o.outcome = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' ELSE e.available_at END,
 	dispatched_at = CASE WHEN o.outcome = 'dispatched' THEN now() ELSE e.dispatched_at END
 FROM o
-WHERE e.id = o.id AND e.status = 'pending'`
+WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts`
 
 // Lease and membership statements. $1 is always the instance id.
 const (
