@@ -30,6 +30,7 @@ type receiver struct {
 	count    map[int64]int      // deliveries per event id
 	arrivals map[int64][]time.Time
 	status   func(m sink.Message) int // answer per message; nil: 200
+	delay    time.Duration            // before answering
 }
 
 func newReceiver(t testing.TB) *receiver {
@@ -57,7 +58,9 @@ func newReceiver(t testing.TB) *receiver {
 			}
 			rc.count[m.ID]++
 		}
+		delay := rc.delay
 		rc.mu.Unlock()
+		time.Sleep(delay)
 		w.WriteHeader(st)
 		fmt.Fprintf(w, "answer %d", st)
 	}))

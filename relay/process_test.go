@@ -232,8 +232,10 @@ func threeRelays(t *testing.T, killOne bool) {
 	began := time.Now()
 	first := 0
 	if killOne {
-		// Build a backlog first, so the kill hits a relay with work in flight.
+		// Build a backlog first and answer slowly, so the kill hits a relay
+		// with a batch in flight.
 		first = nEvents / 2
+		rc.delay = 2 * time.Millisecond
 		produce(t, db, aggs, first, 8, 0)
 	}
 	procs := make([]*proc, 3)
@@ -250,6 +252,24 @@ func threeRelays(t *testing.T, killOne bool) {
 	if killOne {
 		// Kill relay 1 with SIGKILL once a third is through, then restart it.
 		testenv.Eventually(t, 120*time.Second, func() bool { return rc.distinct() >= nEvents/4 }, "a quarter delivered")
+		var owned []int
+		rows, _ := db.Pool.Query(context.Background(), `SELECT count(*) FROM aa_relay_lease WHERE expires_at > now() GROUP BY owner ORDER BY owner`)
+		for rows.Next() {
+			var n int
+			rows.Scan(&n)
+			owned = append(owned, n)
+		}
+		rows.Close()
+		t.Logf("partitions per live owner before the kill: %v", owned)
+		irows, _ := db.Pool.Query(context.Background(), `SELECT i.id, i.expires_at > now(), (SELECT count(*) FROM aa_relay_lease l WHERE l.owner = i.id) FROM aa_relay_instance i`)
+		for irows.Next() {
+			var id string
+			var live bool
+			var n int
+			irows.Scan(&id, &live, &n)
+			t.Logf("instance %s live %v leases %d", id, live, n)
+		}
+		irows.Close()
 		procs[1].kill9(t)
 		t.Logf("relay-1 killed with SIGKILL at %d delivered", rc.distinct())
 		listen := freeAddr(t)
