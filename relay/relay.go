@@ -487,6 +487,18 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ac
 		}
 		wg.Go(func() {
 			cons := r.cfg.Routes[ci].Consumer
+			defer func() {
+				// A consumer bug must not take the relay down: its events are
+				// retried with backoff and end failed with the panic as reason.
+				if p := recover(); p != nil {
+					r.cfg.Logger.Error("relay: consumer panicked", "consumer", cons.Name(), "panic", p)
+					out := make([]sink.Outcome, len(perConsumer[ci]))
+					for i := range out {
+						out[i] = sink.Retryf("panic: %v", p)
+					}
+					outcomes[ci] = out
+				}
+			}()
 			out := cons.Deliver(ctx, perConsumer[ci])
 			if len(out) != len(perConsumer[ci]) {
 				r.cfg.Logger.Error("relay: consumer returned the wrong number of outcomes; treating the batch as not attempted",

@@ -334,3 +334,29 @@ func TestRetriedHeadBehindItsFollowersIsNotStarved(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() bool { return rc.distinct() == len(idsA)+len(idsB) }, "all delivered (have %d)", rc.distinct())
 	rc.checkOrder(t)
 }
+
+type panicky struct{}
+
+func (panicky) Name() string { return "panicky" }
+func (panicky) Deliver(context.Context, []*outbox.Event) []sink.Outcome {
+	panic("boom")
+}
+
+// A consumer that panics does not stop the relay; its events are retried.
+func TestPanickingConsumerIsARetry(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	cfg := fast()
+	route := config.Route{Consumer: "panicky", EventTypes: []string{"entity.broken.*"}}
+	cfg.Routes = []relay.Route{{Consumer: panicky{}, Match: route.Matches}, {Consumer: newHook("hook", rc.URL)}}
+	start(t, db, cfg)
+	a, b := uuid.New(), uuid.New()
+	bad := write(t, db, event(&a, "entity.broken.updated", "DDM_ENTITY", 1))[0]
+	good := write(t, db, event(&b, "entity.customer.updated", "DDM_ENTITY", 1))[0]
+	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, bad).Attempts >= 1 }, "panic counted as an attempt")
+	if got := getRow(t, db, bad); got.LastError == nil || *got.LastError != "panicky: panic: boom" {
+		t.Errorf("last_error %v", got.LastError)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, good).Status == "dispatched" }, "others flow")
+}
