@@ -34,10 +34,13 @@
 // oldest available_at first, minus every event behind a blocker of its
 // aggregate (an earlier failed event, or an earlier pending one whose
 // available_at lies in the future), minus every event that is not part of the
-// unbroken run of undelivered events at the head of its aggregate. A batch may
-// therefore hold several consecutive events of one aggregate, in id order, so
-// consumers can coalesce them. Blocking is per aggregate only: every other
-// aggregate flows on.
+// unbroken run of undelivered events at the head of its aggregate (heads that
+// the LIMIT left out are read by a second statement and join the batch). A
+// batch may therefore hold several consecutive events of one aggregate, in id
+// order, so consumers can coalesce them. Blocking is per aggregate only: every
+// other aggregate flows on. Two partial indexes (migration 00003) keep this
+// independent of how much delivered history an aggregate has. While claims
+// come back full, the next claim is sent in the same round trip as the ack.
 //
 // # Outcomes
 //
@@ -47,8 +50,10 @@
 // consumer said OK or Stale; a Retry adds one attempt, records
 // "<consumer>: <reason>" in last_error and moves available_at by exponential
 // backoff with jitter and a cap; Poison, or the last allowed attempt, makes it
-// failed. The aggregate's later events in the batch stay untouched. All
-// outcomes of a batch are written by one UPDATE … FROM unnest(…).
+// failed; a consumer that panics counts as a Retry. The aggregate's later
+// events in the batch stay untouched. All outcomes of a batch are written by
+// one UPDATE … FROM unnest(…), which applies only to rows still pending with
+// the attempts they were claimed with.
 //
 // # Waking up
 //
