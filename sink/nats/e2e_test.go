@@ -65,6 +65,7 @@ func searchsyncBinary(t *testing.T) string {
 type hookReceiver struct {
 	mu       sync.Mutex
 	active   map[string]int // requests in progress per path
+	held     chan struct{}  // while not nil, requests wait until it is closed
 	requests int
 	count    map[int64]int
 	first    []int64
@@ -76,12 +77,16 @@ func newHookReceiver(t *testing.T, latency time.Duration) (*hookReceiver, string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc.mu.Lock()
 		rc.active[r.URL.Path]++
+		held := rc.held
 		rc.mu.Unlock()
 		defer func() {
 			rc.mu.Lock()
 			rc.active[r.URL.Path]--
 			rc.mu.Unlock()
 		}()
+		if held != nil {
+			<-held
+		}
 		time.Sleep(latency) // a receiver's work; keeps batches in flight for a while
 		body, _ := io.ReadAll(r.Body)
 		if err := webhook.Verify(e2eSecret, r.Header, body); err != nil {
@@ -316,7 +321,8 @@ func checkStream(t *testing.T, db *testenv.DB, url, stream string) int {
 }
 
 // TestRelayKilledMidRun: 10,000 events over 300 aggregates routed to a
-// webhook and to the queue, two relays, one killed with SIGKILL mid-run.
+// webhook and to the queue, two relays, one killed with SIGKILL mid-run (with
+// a batch between publish and ack).
 // The stream holds every event exactly once, in id order per aggregate; the
 // redeliveries the webhook saw twice were absorbed by the duplicate window.
 func TestRelayKilledMidRun(t *testing.T) {
@@ -346,23 +352,49 @@ func TestRelayKilledMidRun(t *testing.T) {
 	a := startRelay(t, cfgA, "relay-a", env...)
 	b := startRelay(t, cfgB, "relay-b", env...)
 
-	// Kill relay a once the queue holds a fifth of the events, at a moment
-	// when a batch of relay a is between publish and ack: its webhook
-	// requests are in progress (the webhook is slower than the queue) and
-	// the stream holds events that are not acknowledged yet.
-	testenv.Eventually(t, 2*time.Minute, func() bool {
+	// Once the queue holds a fifth of the events, the webhook holds every
+	// request: the relays get stuck in batches that the queue has taken
+	// (published, PubAck received) and the relay has not acknowledged. When
+	// a relay is stuck and the stream has stopped growing, that relay is
+	// killed and the webhook lets go; the other takes its partitions after
+	// the lease expires and delivers its batch again.
+	testenv.Eventually(t, 2*time.Minute, func() bool { return streamMsgs(t, natsURL, stream) >= events/5 },
+		"the stream never reached %d messages", events/5)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() {
+		releaseOnce.Do(func() {
+			hook.mu.Lock()
+			hook.held = nil
+			hook.mu.Unlock()
+			close(release)
+		})
+	}
+	t.Cleanup(letGo) // before the receiver closes
+	hook.mu.Lock()
+	hook.held = release
+	hook.mu.Unlock()
+	var lastN uint64
+	lastChange := time.Now()
+	var victim *relayProc
+	testenv.Eventually(t, time.Minute, func() bool {
 		hook.mu.Lock()
-		busy := hook.active["/a"] > 0
-		hook.mu.Unlock()
-		if !busy {
-			return false
+		switch {
+		case hook.active["/a"] > 0:
+			victim = a
+		case hook.active["/b"] > 0:
+			victim = b
 		}
-		n := streamMsgs(t, natsURL, stream)
-		return n >= events/5 && n > uint64(counts(t, db).dispatched)
-	}, "relay-a never had a batch in flight after %d messages", events/5)
-	a.signal(syscall.SIGKILL)
-	<-a.done
-	t.Logf("relay-a killed with SIGKILL; stream held %d messages, %+v", streamMsgs(t, natsURL, stream), counts(t, db))
+		hook.mu.Unlock()
+		if n := streamMsgs(t, natsURL, stream); n != lastN {
+			lastN, lastChange = n, time.Now()
+		}
+		return victim != nil && time.Since(lastChange) > 500*time.Millisecond && lastN > uint64(counts(t, db).dispatched)
+	}, "no relay got stuck with a batch between publish and ack")
+	victim.signal(syscall.SIGKILL)
+	<-victim.done
+	letGo()
+	t.Logf("%s killed with SIGKILL; stream held %d messages, %+v", victim.name, streamMsgs(t, natsURL, stream), counts(t, db))
 
 	if err := <-produced; err != nil {
 		t.Fatalf("producer: %v", err)
@@ -397,7 +429,7 @@ func TestRelayKilledMidRun(t *testing.T) {
 	t.Logf("stream: %d messages for %d events, %d redeliveries to the queue dropped by the duplicate window; webhook: %d requests for %d events",
 		n, events, dups, hook.requests, len(hook.count))
 	if dups == 0 {
-		t.Errorf("relay-a was killed with a batch in flight, yet relay-b redelivered nothing to the queue")
+		t.Errorf("%s was killed with a batch in flight, yet nothing was redelivered to the queue", victim.name)
 	}
 }
 
