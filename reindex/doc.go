@@ -13,9 +13,14 @@
 //     TargetsTTL). The reindex waits 2×TargetsTTL so that every consumer has
 //     seen it: every event delivered before is committed, hence visible to
 //     the replay; every event delivered after reaches both indexes.
-//  3. Seed: every document of the live index (tombstones excepted) is copied
-//     with its version as external version. This restores the history that
-//     compaction already removed from the outbox.
+//  3. Seed: the live index is refreshed, then every document of it
+//     (tombstones excepted) is copied with its version as external version,
+//     by the engine's _reindex API (Config.ClientSeed or Reproject: scroll
+//     and bulk through searchsync). This restores the history that
+//     compaction already removed from the outbox. The target is filled with
+//     refresh_interval -1; the definition's value is restored before the
+//     check. The versions the target then holds are read back (ids only):
+//     events not newer are skipped without being projected.
 //  4. Replay: the retained events (dispatched, and pending ones no failed
 //     event blocks) in id order, through upcasters and projections, coalesced
 //     per document within a chunk, written with external versions. A write

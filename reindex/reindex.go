@@ -457,7 +457,11 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 		}
 	}
 
-	// 3. Seed from the live index (history compaction removed).
+	// 3. Seed from the live index (history compaction removed). A refresh
+	// first, so that the copy sees every write made before dual writes began.
+	if err := r.cfg.Engine.Refresh(ctx, job.Params.Source); err != nil {
+		return nil, fmt.Errorf("reindex: refresh %s: %w", job.Params.Source, err)
+	}
 	t0 := time.Now()
 	seeding := !r.snapshot().SeedDone
 	if seeding {
@@ -731,19 +735,26 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 		})
 		return err
 	})
-	g.Go(func() error {
-		return r.raw.scroll(gctx, source, r.cfg.Def.SearchFilter(), 5000, false, func(_ int64, hits []scrollHit) error {
-			r.seededMu.Lock()
-			for _, h := range hits {
-				r.seeded[h.ID] = h.Version
-			}
-			r.seededMu.Unlock()
-			return nil
-		})
-	})
 	if err := g.Wait(); err != nil {
-		clear(r.seeded)
 		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
+	}
+	// The versions the target holds now (seeded or written live): an event
+	// not newer than them needs no replay. Read from the target, not the
+	// source, so that they are exactly what the target has.
+	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
+		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+	}
+	err := r.raw.scroll(ctx, r.target, nil, 5000, false, func(_ int64, hits []scrollHit) error {
+		r.seededMu.Lock()
+		for _, h := range hits {
+			r.seeded[h.ID] = h.Version
+		}
+		r.seededMu.Unlock()
+		return nil
+	})
+	if err != nil {
+		clear(r.seeded)
+		return fmt.Errorf("reindex: read the seeded versions of %s: %w", r.target, err)
 	}
 	r.w.stale.Add(st.VersionConflicts)
 	r.update(func(p *Progress) { p.DocsSeeded = st.Created + st.Updated; p.SeedDone = true; p.SeedTask = "" })
