@@ -649,7 +649,6 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 func (r *Relay) ackAndClaim(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats, next claimable) (*prefetch, error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
 	defer cancel()
-	t := time.Now()
 	b := &pgx.Batch{}
 	b.Queue(r.q.ack, r.ackArgs(c, acks)...)
 	q, args := r.claimQuery(next)
@@ -677,6 +676,9 @@ func (r *Relay) ackAndClaim(ctx context.Context, c claimable, acks []ackRow, bs 
 	r.countFenced(len(acks), tag.RowsAffected(), bs)
 	p := &prefetch{c: next}
 	// The ack is committed; a failure to complete the claim only drops it.
+	// The round trip counts as this batch's ack time, the rest of the claim
+	// as the next batch's claim time.
+	t := time.Now()
 	if p.evs, p.scanned, err = r.completeClaim(ctx, cand, heads); err != nil {
 		r.cfg.Logger.Debug("relay: prefetched claim dropped", "error", err)
 		p.evs, p.scanned = nil, 0

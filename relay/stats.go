@@ -17,7 +17,10 @@ type BatchStats struct {
 	Untouched  int // behind a non-delivered event of its aggregate, or not attempted
 	Fenced     int // outcomes not written because the partition lease was lost
 
-	Claim, Deliver, Ack time.Duration // time spent in each step
+	// Time spent in each step. While claims come back full, the next claim
+	// travels with the ack: that round trip counts as Ack, and the next
+	// batch's Claim is only what remains of its claim (reading heads).
+	Claim, Deliver, Ack time.Duration
 }
 
 // Stats are the relay's totals since it was created.
