@@ -233,3 +233,42 @@ func TestCheckReportsPendingMigrations(t *testing.T) {
 		t.Fatalf("check on an empty schema: got %v, want a hint to run migrate up", err)
 	}
 }
+
+// An install beside the platform: the platform's AA_AUDIT_LOG exists before
+// searchsync migrates; it is kept as it is and the outbox references it.
+func TestMigrateKeepsThePlatformsAuditLog(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	schema := testenv.Name("t")
+	ctx := context.Background()
+	pool := testenv.Pool(t, url, "")
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+schema+`;
+		CREATE TABLE `+schema+`.aa_audit_log (id bigint PRIMARY KEY, occurred_at timestamptz NOT NULL, principal text NOT NULL, entity text);
+		INSERT INTO `+schema+`.aa_audit_log VALUES (41, now(), 'platform', 'customer')`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrations.New(ctx, url, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var cols string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(column_name, ',' ORDER BY ordinal_position) FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'aa_audit_log'`, schema).Scan(&cols); err != nil {
+		t.Fatal(err)
+	}
+	if cols != "id,occurred_at,principal,entity" {
+		t.Errorf("the platform's aa_audit_log was changed: columns %s", cols)
+	}
+	// The foreign key points to the platform's rows.
+	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.aa_outbox_event (event_type, aggregate_type, payload, audit_log_id) VALUES ('entity.customer.updated', 'DDM_ENTITY', '{}', 41)`); err != nil {
+		t.Errorf("an event referencing the platform's audit row: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.aa_outbox_event (event_type, aggregate_type, payload, audit_log_id) VALUES ('entity.customer.updated', 'DDM_ENTITY', '{}', 42)`); err == nil {
+		t.Error("an event referencing a missing audit row was accepted")
+	}
+}

@@ -87,7 +87,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 	}
 	if drift != nil {
 		obs.drift = drift.current
-		go drift.run(ctx, 30*time.Second)
+		go drift.run(ctx, 30*time.Second, pool)
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
