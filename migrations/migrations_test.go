@@ -51,8 +51,8 @@ var wantIndexes = map[string]string{
 	"ix_outbox_event_aggregate":   "USING btree (aggregate_type, aggregate_id, id)",
 	"ix_outbox_event_correlation": "USING btree (correlation_id) WHERE (correlation_id IS NOT NULL)",
 	// Added by 00003_relay for the relay's claim (see the relay package doc).
-	"ix_outbox_event_undelivered": "USING btree (aggregate_type, aggregate_id, id) WHERE (status = ANY (ARRAY['pending'::%outbox_status, 'failed'::%outbox_status]))",
-	"ix_outbox_event_failed":      "USING btree (aggregate_type, aggregate_id, id) WHERE (status = 'failed'::%outbox_status)",
+	"ix_outbox_event_pending_id": "USING btree (id) WHERE (status = 'pending'::%outbox_status)",
+	"ix_outbox_event_failed":     "USING btree (aggregate_type, aggregate_id, id) WHERE (status = 'failed'::%outbox_status)",
 }
 
 // like matches s against a pattern whose only wildcard is a leading-% part in

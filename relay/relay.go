@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -222,7 +221,6 @@ type prefetch struct {
 	c       claimable
 	evs     []claimed
 	scanned int
-	took    time.Duration
 }
 
 // batch claims, delivers and acks one batch. full reports that the claim was
@@ -241,7 +239,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	)
 	if p := r.next; p != nil {
 		r.next = nil
-		c, evs, scanned, bs.Claim = p.c, p.evs, p.scanned, p.took
+		c, evs, scanned = p.c, p.evs, p.scanned
 	} else {
 		c = r.leases.begin()
 		if len(c.parts) == 0 {
@@ -250,8 +248,9 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		t0 := time.Now()
 		cctx, cancelClaim := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
-		evs, scanned, err = r.claim(cctx, c)
+		evs, err = r.claim(cctx, c)
 		cancelClaim()
+		scanned = len(evs)
 		bs.Claim = time.Since(t0)
 		if err != nil {
 			r.leases.done()
@@ -322,30 +321,21 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 	return ctx, func() { stop(); cancel() }
 }
 
-func scanEvents(rows pgx.Rows, into []claimed, heads *[][]int64) ([]claimed, error) {
+func scanEvents(rows pgx.Rows) ([]claimed, error) {
 	defer rows.Close()
+	var out []claimed
 	for rows.Next() {
 		var ce claimed
 		e := &ce.ev
-		dest := []any{&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
+		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
 			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
-			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy}
-		var isHead bool
-		var ids []int64
-		if heads != nil {
-			dest = append(dest, &isHead, &ids)
-		}
-		if err := rows.Scan(dest...); err != nil {
+			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
 			return nil, err
 		}
-		if isHead {
-			*heads = append(*heads, ids)
-			continue
-		}
 		e.Status = outbox.StatusPending
-		into = append(into, ce)
+		out = append(out, ce)
 	}
-	return into, rows.Err()
+	return out, rows.Err()
 }
 
 // claimQuery is the claim statement for c and its arguments.
@@ -357,82 +347,15 @@ func (r *Relay) claimQuery(c claimable) (string, []any) {
 }
 
 // claim reads the next deliverable events of the claimable partitions, in id
-// order, and how many candidates the claim found (a full claim means more
-// work is waiting).
-func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, int, error) {
+// order (see claimSQL).
+func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, error) {
+	r.stats.claims.Add(1)
 	q, args := r.claimQuery(c)
 	rows, err := r.pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return r.finishClaim(ctx, rows)
-}
-
-// finishClaim reads the claim's rows and keeps, per aggregate, the unbroken
-// run from its head (reading heads the LIMIT left out).
-func (r *Relay) finishClaim(ctx context.Context, rows pgx.Rows) ([]claimed, int, error) {
-	var heads [][]int64
-	cand, err := scanEvents(rows, nil, &heads)
-	if err != nil {
-		return nil, 0, err
-	}
-	return r.completeClaim(ctx, cand, heads)
-}
-
-// completeClaim keeps, per aggregate, the unbroken run from its head among
-// the candidates, reading the heads that lie beyond the LIMIT.
-func (r *Relay) completeClaim(ctx context.Context, cand []claimed, heads [][]int64) ([]claimed, int, error) {
-	r.stats.claims.Add(1)
-	scanned := len(cand)
-	inCand := make(map[int64]bool, len(cand))
-	for i := range cand {
-		inCand[cand[i].ev.ID] = true
-	}
-
-	// Undelivered events in front of candidates that the LIMIT left out: read
-	// them too (those that are pending and available; a failed or future one
-	// stops its aggregate below).
-	var missing []int64
-	for _, ids := range heads {
-		if len(ids) > 0 && !inCand[ids[0]] {
-			for _, id := range ids {
-				if !inCand[id] {
-					missing = append(missing, id)
-				}
-			}
-		}
-	}
-	if len(missing) > 0 {
-		frows, err := r.pool.Query(ctx, r.q.fetch, missing)
-		if err != nil {
-			return nil, 0, err
-		}
-		if cand, err = scanEvents(frows, cand, nil); err != nil {
-			return nil, 0, err
-		}
-		for _, ce := range cand[scanned:] {
-			inCand[ce.ev.ID] = true
-		}
-	}
-
-	// Keep, per aggregate, the unbroken run from its head.
-	ok := map[int64]bool{}
-	for _, ids := range heads {
-		for _, id := range ids {
-			if !inCand[id] {
-				break
-			}
-			ok[id] = true
-		}
-	}
-	out := cand[:0]
-	for _, ce := range cand {
-		if ce.ev.AggregateID == nil || ok[ce.ev.ID] {
-			out = append(out, ce)
-		}
-	}
-	slices.SortFunc(out, func(x, y claimed) int { return cmp.Compare(x.ev.ID, y.ev.ID) })
-	return out, scanned, nil
+	return scanEvents(rows)
 }
 
 // ackRow is what the ack statement writes for one event.
@@ -659,13 +582,13 @@ func (r *Relay) ackAndClaim(ctx context.Context, c claimable, acks []ackRow, bs 
 		br.Close()
 		return nil, err
 	}
+	r.stats.claims.Add(1)
 	rows, err := br.Query()
 	if err != nil {
 		br.Close()
 		return nil, err
 	}
-	var heads [][]int64
-	cand, err := scanEvents(rows, nil, &heads)
+	evs, err := scanEvents(rows)
 	if err != nil {
 		br.Close()
 		return nil, err
@@ -674,17 +597,7 @@ func (r *Relay) ackAndClaim(ctx context.Context, c claimable, acks []ackRow, bs 
 		return nil, err
 	}
 	r.countFenced(len(acks), tag.RowsAffected(), bs)
-	p := &prefetch{c: next}
-	// The ack is committed; a failure to complete the claim only drops it.
-	// The round trip counts as this batch's ack time, the rest of the claim
-	// as the next batch's claim time.
-	t := time.Now()
-	if p.evs, p.scanned, err = r.completeClaim(ctx, cand, heads); err != nil {
-		r.cfg.Logger.Debug("relay: prefetched claim dropped", "error", err)
-		p.evs, p.scanned = nil, 0
-	}
-	p.took = time.Since(t)
-	return p, nil
+	return &prefetch{c: next, evs: evs, scanned: len(evs)}, nil
 }
 
 func deadline(ctx context.Context) time.Time {

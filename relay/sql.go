@@ -13,24 +13,24 @@ import (
 const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions}
 	ELSE abs(hashtextextended(e.aggregate_type || '/' || e.aggregate_id::text, 0) % {partitions}) END)::int`
 
-// claimSQL reads candidates: pending events with available_at <= now() in
-// the owned partitions ($1; the filter is left out when the relay owns every
-// partition), oldest available_at first, at most {batch}, without the events that
-// sit behind a blocker of their aggregate: an earlier failed event, or an
-// earlier pending one whose available_at lies in the future. The blockers are
-// read through the small failed index and the tail of the pending index, so
-// they cost what is blocked; filtering them before the LIMIT keeps a blocked
-// aggregate with a long tail from starving the others.
+// claimSQL reads the next deliverable events: pending, available_at <=
+// now(), in the owned partitions ($1; the filter is left out when the relay
+// owns every partition), in id order, at most {batch}, without the events
+// that sit behind a blocker of their aggregate: an earlier failed event, or an
+// earlier pending one whose available_at lies in the future.
 //
-// Candidates are not yet deliverable: an earlier event of the same aggregate
-// can lie beyond the LIMIT (available_at is not in id order: a retried head
-// has a later available_at than the events behind it). So the same statement
-// also returns, per aggregate of the candidates, one row (is_head true) with
-// its first n undelivered ids in id order (n = how many candidates it has),
-// read through the partial index ix_outbox_event_undelivered whatever the
-// length of its delivered history. A candidate is deliverable when every
-// undelivered event before it is a candidate too: the batch holds an unbroken
-// run from the aggregate's head.
+// Why that is exactly "deliverable": every other undelivered event before an
+// event of the same aggregate is pending and available, so it has a smaller
+// id in the same partition and comes first in the same scan; the LIMIT can
+// cut an aggregate's run short but never leave a hole in it. (Commit order is
+// id order per aggregate, so an event is never visible before the ones
+// before it.) A batch may therefore hold several consecutive events of one
+// aggregate, for coalescing.
+//
+// The candidates come from ix_outbox_event_pending_id in id order; the
+// blockers through the small failed index and the tail of the spec's pending
+// index, so they cost what is blocked. Filtering them before the LIMIT keeps a
+// blocked aggregate with a long tail from starving the others.
 const claimSQL = `
 WITH blocker AS (
 	SELECT aggregate_type, aggregate_id, min(id) AS first_id
@@ -44,44 +44,22 @@ WITH blocker AS (
 	        -- whole (PostgreSQL drops status = 'pending' as redundant).
 	        AND status >= (SELECT 'pending'::{s}.outbox_status)) b
 	GROUP BY aggregate_type, aggregate_id
-),
-cand AS MATERIALIZED (
-	SELECT ` + eventColumns + `
-	FROM {s}.aa_outbox_event e
-	WHERE e.status = 'pending' AND e.available_at <= now()
-	  {partition_filter}
-	  AND NOT EXISTS (SELECT 1 FROM blocker b
-	                  WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
-	                    AND b.first_id < e.id)
-	ORDER BY e.available_at, e.id
-	LIMIT {batch}
 )
-SELECT c.*, false AS is_head, NULL::bigint[] AS heads FROM cand c
-UNION ALL
-SELECT 0, 0, NULL::uuid, '', 0, a.aggregate_type, a.aggregate_id, NULL::bigint, NULL::uuid, NULL::jsonb,
-       0, NULL::text, now(), now(), '', true,
-       ARRAY(SELECT p.id FROM {s}.aa_outbox_event p
-             WHERE p.aggregate_type = a.aggregate_type AND p.aggregate_id = a.aggregate_id
-               AND p.status IN ('pending', 'failed')
-             ORDER BY p.id LIMIT a.n)
-FROM (SELECT aggregate_type, aggregate_id, count(*) AS n
-      FROM cand WHERE aggregate_id IS NOT NULL GROUP BY 1, 2) a`
+SELECT ` + eventColumns + `
+FROM {s}.aa_outbox_event e
+WHERE e.status = 'pending' AND e.available_at <= now()
+  {partition_filter}
+  AND NOT EXISTS (SELECT 1 FROM blocker b
+                  WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
+                    AND b.first_id < e.id)
+ORDER BY e.id
+LIMIT {batch}`
 
 // eventColumns is what a claim reads of an event, its partition first.
 const eventColumns = partitionExpr + ` AS part,
        e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
        e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
        e.available_at, e.created_at, e.created_by`
-
-// fetchSQL reads the events $1 that are still pending and available: the
-// heads (and the runs behind them) of aggregates whose later events were
-// candidates while the heads themselves lay beyond the LIMIT (a retried head
-// is available later than the events behind it). Without it such an
-// aggregate could fill every claim with events that cannot go.
-const fetchSQL = `
-SELECT ` + eventColumns + `
-FROM {s}.aa_outbox_event e
-WHERE e.id = ANY($1::bigint[]) AND e.status = 'pending' AND e.available_at <= now()`
 
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
@@ -148,7 +126,7 @@ WHERE owner = $1 AND partition = ANY($2::int[])`
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	claimAll, claimOwned, fetch, ack                      string
+	claimAll, claimOwned, ack                             string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 }
@@ -162,7 +140,6 @@ func newQueries(schema string, partitions, batch int) queries {
 	return queries{
 		claimAll:            r.Replace(strings.Replace(claimSQL, "{partition_filter}", "", 1)),
 		claimOwned:          r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND "+partitionExpr+" = ANY($1::int[])", 1)),
-		fetch:               r.Replace(fetchSQL),
 		ack:                 r.Replace(ackSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),

@@ -19,7 +19,7 @@ type BatchStats struct {
 
 	// Time spent in each step. While claims come back full, the next claim
 	// travels with the ack: that round trip counts as Ack, and the next
-	// batch's Claim is only what remains of its claim (reading heads).
+	// batch's Claim is zero.
 	Claim, Deliver, Ack time.Duration
 }
 

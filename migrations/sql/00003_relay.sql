@@ -1,7 +1,7 @@
 -- The relay's bookkeeping: which `searchsync run` instances are alive and which
 -- instance owns which partition (leases with a fencing epoch), plus two partial
--- indexes on the outbox that keep the relay's claim cheap however long the
--- history of an aggregate is.
+-- indexes on the outbox for the relay's claim: it costs what is pending and
+-- what is blocked, never what was delivered.
 
 -- +goose Up
 -- One row per running `searchsync run` process. heartbeat_at/expires_at are
@@ -30,11 +30,11 @@ CREATE TABLE aa_relay_lease (
     CONSTRAINT aa_relay_lease_partition_chk CHECK (partition >= 0)
 );
 
--- The undelivered events of an aggregate in id order: the relay finds the head
--- of an aggregate (and the events right behind it) without walking its
--- delivered history.
-CREATE INDEX ix_outbox_event_undelivered ON aa_outbox_event (aggregate_type, aggregate_id, id)
-    WHERE status IN ('pending', 'failed');
+-- Pending events in id order: the relay claims in id order, so a batch never
+-- leaves a hole in an aggregate's run of events (the spec's pending index is
+-- ordered by available_at first).
+CREATE INDEX ix_outbox_event_pending_id ON aa_outbox_event (id)
+    WHERE status = 'pending';
 -- Failed events block their aggregate until an operator acts; the relay reads
 -- them on every claim, so they get their own small index.
 CREATE INDEX ix_outbox_event_failed ON aa_outbox_event (aggregate_type, aggregate_id, id)
@@ -42,6 +42,6 @@ CREATE INDEX ix_outbox_event_failed ON aa_outbox_event (aggregate_type, aggregat
 
 -- +goose Down
 DROP INDEX ix_outbox_event_failed;
-DROP INDEX ix_outbox_event_undelivered;
+DROP INDEX ix_outbox_event_pending_id;
 DROP TABLE aa_relay_lease;
 DROP TABLE aa_relay_instance;
