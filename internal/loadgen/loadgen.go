@@ -191,7 +191,9 @@ func clone(m map[string]any) map[string]any {
 
 // Steady writes events at about rate per second (in transactions of up to
 // batch events) until ctx ends; every burstEvery a burst of burstSize updates
-// to one customer is added. It returns the number of events written.
+// to one customer is added. A transaction under way when ctx ends is still
+// committed, so the generator's state (Live) matches the outbox. It returns
+// the number of events written.
 func Steady(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, g *Generator, rate, batch int, burstEvery time.Duration, burstSize int) (int64, error) {
 	tick := time.Second / time.Duration(max(1, rate/max(1, batch)))
 	t := time.NewTicker(tick)
@@ -212,10 +214,13 @@ func Steady(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, g *Genera
 			evs = append(evs, g.Burst(burstSize)...)
 			lastBurst = time.Now()
 		}
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := w.Write(ctx, tx, evs...); return err }); err != nil {
-			if ctx.Err() != nil {
-				return written, nil
-			}
+		// The generator already counts these events in its state (Live): they
+		// are written even when ctx ends meanwhile, so that state and outbox
+		// agree.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := pgx.BeginFunc(wctx, pool, func(tx pgx.Tx) error { _, err := w.Write(wctx, tx, evs...); return err })
+		cancel()
+		if err != nil {
 			return written, fmt.Errorf("loadgen: write: %w", err)
 		}
 		written += int64(len(evs))
