@@ -95,7 +95,7 @@ ORDER BY available_at, id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
 }
 
 // relayBatch is one step of the relay itself: the claim (partitions,
-// blockers, heads), routing to a no-op consumer and the fenced
+// blockers), routing to a no-op consumer and the fenced
 // one-statement ack. It returns how many events it dispatched.
 func relayBatch(b *testing.B, r *Relay) int {
 	before := r.Stats().Dispatched

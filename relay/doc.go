@@ -31,16 +31,16 @@
 //
 // A claim is one statement, without row locks (the lease makes the partition
 // exclusive): pending events with available_at <= now() in owned partitions,
-// oldest available_at first, minus every event behind a blocker of its
-// aggregate (an earlier failed event, or an earlier pending one whose
-// available_at lies in the future), minus every event that is not part of the
-// unbroken run of undelivered events at the head of its aggregate (heads that
-// the LIMIT left out are read by a second statement and join the batch). A
-// batch may therefore hold several consecutive events of one aggregate, in id
-// order, so consumers can coalesce them. Blocking is per aggregate only: every
-// other aggregate flows on. Two partial indexes (migration 00003) keep this
-// independent of how much delivered history an aggregate has. While claims
-// come back full, the next claim is sent in the same round trip as the ack.
+// in id order, minus every event behind a blocker of its aggregate (an earlier
+// failed event, or an earlier pending one whose available_at lies in the
+// future). Any other undelivered event before an event of its aggregate is
+// pending and available with a smaller id in the same partition, so it comes
+// first in the same scan: a batch holds, per aggregate, an unbroken run from
+// the head, in id order, so consumers can coalesce it. Blocking is per
+// aggregate only: every other aggregate flows on. Two partial indexes
+// (migration 00003) keep the claim's cost to what is pending and blocked,
+// never the delivered history. While claims come back full, the next claim is
+// sent in the same round trip as the ack.
 //
 // # Outcomes
 //
