@@ -31,11 +31,12 @@ type leases struct {
 	lastErr    error
 
 	changed chan struct{} // signalled when partitions were acquired
+	kick    chan struct{} // asks for a heartbeat now (an ack was fenced)
 }
 
 func newLeases(pool *pgxpool.Pool, q *queries, cfg *Config) *leases {
 	return &leases{pool: pool, q: q, cfg: cfg, owned: map[int]int64{}, releasing: map[int]bool{},
-		inflight: map[int]bool{}, changed: make(chan struct{}, 1)}
+		inflight: map[int]bool{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // prepare creates the lease rows and refuses to run beside live instances
@@ -84,7 +85,17 @@ func (l *leases) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-l.kick:
 		}
+	}
+}
+
+// heartbeatNow makes the lease loop renew at once, so that a lost lease is
+// noticed before the next claim rather than at the next tick.
+func (l *leases) heartbeatNow() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -530,6 +530,7 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 func (r *Relay) countFenced(n int, affected int64, bs *BatchStats) {
 	if fenced := n - int(affected); fenced > 0 {
 		bs.Fenced = fenced
+		r.leases.heartbeatNow()
 		r.cfg.Logger.Warn("relay: outcomes not recorded: partition lease lost (the new owner delivers these events again)",
 			"events", fenced, "batch", n)
 	}

@@ -236,9 +236,13 @@ func TestAckIsFencedByTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(bh.release)
-	// The relay learns of the loss only at its next heartbeat; until then it
-	// claims the event again and again, and every ack is fenced.
+	// The fenced ack makes the relay renew at once: it learns of the loss and
+	// stops claiming the partition (instead of at the next heartbeat, 10s on).
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.Stats().Fenced >= 1 }, "ack fenced")
+	testenv.Eventually(t, 5*time.Second, func() bool { return r.Stats().Partitions == 0 }, "lost partition dropped")
+	if f := r.Stats().Fenced; f > 3 {
+		t.Errorf("%d fenced acks: the relay went on claiming a partition it had lost", f)
+	}
 	if got := getRow(t, db, id); got.Status != "pending" || got.Attempts != 0 {
 		t.Errorf("fenced event: %+v, want untouched", got)
 	}
