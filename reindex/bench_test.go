@@ -15,6 +15,7 @@ import (
 
 var (
 	benchEvents    = flag.Int("reindex.events", 60000, "events written to the outbox for BenchmarkReindex")
+	benchClient    = flag.Bool("reindex.client-seed", false, "seed through searchsync (scroll + bulk) instead of the engine's _reindex")
 	benchCompacted = flag.Float64("reindex.compacted", 0.5, "share of the oldest events compacted before BenchmarkReindex (the rest is replayed, the live index seeds the remainder)")
 )
 
@@ -42,6 +43,7 @@ func benchOnce(tb testing.TB) {
 
 	cfg := b.config(b.def(emailAsText))
 	cfg.ChunkSize, cfg.BulkSize, cfg.Concurrency = 5000, 1000, 2
+	cfg.ClientSeed = *benchClient
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: benchLevel()}))
 	r, err := New(cfg)
 	if err != nil {

@@ -14,7 +14,7 @@
 //     seen it: every event delivered before is committed, hence visible to
 //     the replay; every event delivered after reaches both indexes.
 //  3. Seed: the live index is refreshed, then every document of it
-//     (tombstones excepted) is copied with its version as external version,
+//     (tombstones included) is copied with its version as external version,
 //     by the engine's _reindex API (Config.ClientSeed or Reproject: scroll
 //     and bulk through searchsync). This restores the history that
 //     compaction already removed from the outbox. The target is filled with
@@ -52,12 +52,12 @@
 // was never indexed, e.g. its events were skipped while no search route
 // existed, or it was lost from the live index).
 //
-// Tombstones (soft deletes) are not seeded. A tombstone whose document still
-// has a retained event is copied from the live index when the replay reaches
-// that event (it is the base the event merges onto, and it must keep
-// rejecting stale writes); a tombstone whose every event was compacted is
-// dropped: no stale write of it can arrive any more. So a reindex is also
-// how tombstones leave the index.
+// Tombstones (soft deletes) are seeded like every document (they are the
+// base later events merge onto and they keep rejecting stale writes). After
+// the replay, seeded tombstones of documents that no retained event mentions
+// any more are deleted from the new index (when document ids are aggregate
+// ids): every event of such an aggregate was compacted, so no stale write of
+// it can arrive. So a reindex is also how tombstones leave the index.
 //
 // A projection change is applied to replayed events; seeded documents are
 // copied as they are unless Config.Reproject rewrites them.

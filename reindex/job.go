@@ -46,20 +46,22 @@ type Params struct {
 // Progress is where a reindex stands (aa_job.progress), written with every
 // heartbeat; a resumed run continues from it.
 type Progress struct {
-	Phase          string    `json:"phase"`
-	DocsSeeded     int64     `json:"docs_seeded"`
-	SeedDone       bool      `json:"seed_done"`
-	SeedTask       string    `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
-	LastID         int64     `json:"last_id"`             // the last outbox id replayed
-	Watermark      int64     `json:"watermark"`           // the max outbox id of the current pass
-	EventsReplayed int64     `json:"events_replayed"`
-	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
-	Stale          int64     `json:"stale"`        // writes the target already held (409)
-	Poison         int64     `json:"poison"`       // events the projections reject (skipped)
-	SeedNewer      int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
-	Rate           float64   `json:"rate_per_s"`   // docs/s of the current phase
-	ETA            string    `json:"eta,omitempty"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	Phase      string `json:"phase"`
+	DocsSeeded int64  `json:"docs_seeded"`
+	SeedDone   bool   `json:"seed_done"`
+	SeedTask   string `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
+	// TombstonesDropped counts seeded tombstones whose events were all compacted.
+	TombstonesDropped int64     `json:"tombstones_dropped"`
+	LastID            int64     `json:"last_id"`   // the last outbox id replayed
+	Watermark         int64     `json:"watermark"` // the max outbox id of the current pass
+	EventsReplayed    int64     `json:"events_replayed"`
+	DocsWritten       int64     `json:"docs_written"` // replay writes (after coalescing)
+	Stale             int64     `json:"stale"`        // writes the target already held (409)
+	Poison            int64     `json:"poison"`       // events the projections reject (skipped)
+	SeedNewer         int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
+	Rate              float64   `json:"rate_per_s"`   // docs/s of the current phase
+	ETA               string    `json:"eta,omitempty"`
+	UpdatedAt         time.Time `json:"updated_at"`
 }
 
 // Result is what a finished reindex records (aa_job.result).

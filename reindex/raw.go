@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -251,7 +252,7 @@ type taskStatus struct {
 // each document's version as external version; version conflicts (dest
 // holds that version or a newer one) are counted, not errors. progress is
 // called about every second. A cancelled ctx cancels the task.
-func (r *raw) copyServerSide(ctx context.Context, source, dest string, query json.RawMessage, batch int, started func(task string), progress func(taskStatus)) (taskStatus, error) {
+func (r *raw) copyServerSide(ctx context.Context, source, dest string, query json.RawMessage, batch, slices int, started func(task string), progress func(taskStatus)) (taskStatus, error) {
 	src := map[string]any{"index": source, "size": batch}
 	if query != nil {
 		src["query"] = query
@@ -260,7 +261,7 @@ func (r *raw) copyServerSide(ctx context.Context, source, dest string, query jso
 	var task struct {
 		Task string `json:"task"`
 	}
-	if err := r.do(ctx, http.MethodPost, "/_reindex?wait_for_completion=false&slices=auto", body, &task); err != nil {
+	if err := r.do(ctx, http.MethodPost, "/_reindex?wait_for_completion=false&slices="+strconv.Itoa(max(slices, 1)), body, &task); err != nil {
 		return taskStatus{}, fmt.Errorf("copy %s to %s: %w", source, dest, err)
 	}
 	if started != nil {

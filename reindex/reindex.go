@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -282,7 +283,7 @@ func (r *Reindexer) DryRun(ctx context.Context) (*Plan, error) {
 	} else if p.Target, err = mapping.NextFree(ctx, r.cfg.Engine, r.alias); err != nil {
 		return nil, err
 	}
-	if _, p.DocsToSeed, err = r.raw.groupCounts(ctx, src, r.cfg.Def.SearchFilter(), nil); err != nil {
+	if _, p.DocsToSeed, err = r.raw.groupCounts(ctx, src, nil, nil); err != nil {
 		return nil, err
 	}
 	rows, err := r.cfg.Pool.Query(ctx, countEventsSQL, int64(0))
@@ -480,6 +481,9 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err := r.replay(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.dropTombstones(ctx); err != nil {
+		return nil, err
+	}
 	t2 := time.Now()
 	r.timings = Timings{Seed: t1.Sub(t0).Seconds(), Replay: t2.Sub(t1).Seconds()}
 
@@ -664,7 +668,7 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	rt := rate{start: time.Now()}
 	var seeded atomic.Int64
 	// Pages of two bulks: fewer scroll round trips, the same bulk size.
-	err := r.raw.scroll(gctx, source, r.cfg.Def.SearchFilter(), 2*r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
+	err := r.raw.scroll(gctx, source, nil, 2*r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
 		ops := make([]indexer.BulkOp, 0, len(hits))
 		for _, h := range hits {
 			doc := h.Source
@@ -720,7 +724,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	var st taskStatus
 	g.Go(func() error {
 		var err error
-		st, err = r.raw.copyServerSide(gctx, source, r.target, r.cfg.Def.SearchFilter(), r.cfg.BulkSize, func(task string) {
+		st, err = r.raw.copyServerSide(gctx, source, r.target, nil, r.cfg.BulkSize, r.cfg.Concurrency, func(task string) {
 			r.update(func(p *Progress) { p.SeedTask = task })
 			_ = r.saveProgress(gctx) // so that abort can cancel it
 		}, func(s taskStatus) {
@@ -738,6 +742,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
 	}
+	r.log.Debug("reindex: server-side copy done", "ms", time.Since(rt.start).Milliseconds())
 	// The versions the target holds now (seeded or written live): an event
 	// not newer than them needs no replay. Read from the target, not the
 	// source, so that they are exactly what the target has.
@@ -756,6 +761,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 		clear(r.seeded)
 		return fmt.Errorf("reindex: read the seeded versions of %s: %w", r.target, err)
 	}
+	r.log.Debug("reindex: seeded versions read back", "ms", time.Since(rt.start).Milliseconds())
 	r.w.stale.Add(st.VersionConflicts)
 	r.update(func(p *Progress) { p.DocsSeeded = st.Created + st.Updated; p.SeedDone = true; p.SeedTask = "" })
 	r.log.Info("reindex: seeded from the live index (server-side _reindex)", "docs", st.Created+st.Updated, "conflicts", st.VersionConflicts, "source", source)
@@ -1146,6 +1152,72 @@ func (r *Reindexer) skipSeeded(order []string, steps map[string][]*projections.R
 		out = append(out, id)
 	}
 	return out
+}
+
+// dropTombstones deletes from the target the seeded tombstones (soft
+// deletes) of documents that no retained outbox event mentions any more:
+// every event of such an aggregate was compacted, so no stale write of it
+// can arrive and the tombstone has done its job. It needs document ids that
+// are aggregate ids; otherwise tombstones are kept.
+func (r *Reindexer) dropTombstones(ctx context.Context) error {
+	def := r.cfg.Def
+	if def.DeleteMode != mapping.DeleteSoft || !r.idIsAggregate || len(r.seeded) == 0 {
+		return nil
+	}
+	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
+		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+	}
+	query, _ := json.Marshal(map[string]any{"term": map[string]any{def.TombstoneField: true}})
+	var dropped int64
+	err := r.raw.scroll(ctx, r.target, query, 5000, false, func(_ int64, hits []scrollHit) error {
+		var ids []string
+		vers := map[string]int64{}
+		for _, h := range hits {
+			if v, ok := r.seeded[h.ID]; ok && v == h.Version {
+				if _, err := uuid.Parse(h.ID); err == nil {
+					ids = append(ids, h.ID)
+					vers[h.ID] = h.Version
+				}
+			}
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		rows, err := r.cfg.Pool.Query(ctx, `SELECT DISTINCT aggregate_id::text FROM aa_outbox_event WHERE aggregate_id = ANY($1::uuid[])`, ids)
+		if err != nil {
+			return fmt.Errorf("reindex: look up events of tombstones: %w", err)
+		}
+		live := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("reindex: look up events of tombstones: %w", err)
+			}
+			live[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("reindex: look up events of tombstones: %w", err)
+		}
+		var ops []indexer.BulkOp
+		for _, id := range ids {
+			if !live[id] {
+				ops = append(ops, indexer.BulkOp{Type: indexer.OpDelete, Index: r.target, ID: id, Version: vers[id] + 1})
+			}
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		dropped += int64(len(ops))
+		return r.w.bulk(ctx, ops)
+	})
+	if err != nil {
+		return fmt.Errorf("reindex: drop tombstones from %s: %w", r.target, err)
+	}
+	r.update(func(p *Progress) { p.TombstonesDropped = dropped })
+	r.log.Info("reindex: dropped tombstones whose events were all compacted", "count", dropped)
+	return nil
 }
 
 // refreshInterval is the definition's index.refresh_interval, nil (the
