@@ -213,7 +213,7 @@ func printPlan(p *reindex.Plan) {
 	if len(p.SettingChanges) > 0 {
 		fmt.Printf("setting changes:  %s\n", strings.Join(p.SettingChanges, ", "))
 	}
-	fmt.Printf("documents to seed: %d (from %s, tombstones excepted)\n", p.DocsToSeed, p.Source)
+	fmt.Printf("documents to seed: %d (from %s, tombstones included)\n", p.DocsToSeed, p.Source)
 	fmt.Printf("events to replay:  %d (ids %d–%d)\n", p.EventsToReplay, p.FirstEventID, p.LastEventID)
 	if p.Running != nil {
 		fmt.Printf("running job:      %d (owner %s, phase %s, last id %d): it would be resumed once its heartbeat is stale\n",
