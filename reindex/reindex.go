@@ -166,6 +166,7 @@ type Reindexer struct {
 	versionPathSQL []string
 	idIsAggregate  bool
 	skippedEvents  atomic.Int64
+	finished       atomic.Bool // the job row was ended by this run
 	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
 
 	slow   time.Duration // tests: a pause per replayed chunk
@@ -545,6 +546,7 @@ func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report)
 	r.mu.Lock()
 	job.Progress = r.progress
 	r.mu.Unlock()
+	r.finished.Store(true) // the heartbeat must not take the ended row for a lost one
 	if err := job.finish(ctx, r.cfg.Pool, "succeeded", res, nil); err != nil {
 		return nil, err
 	}
@@ -612,7 +614,10 @@ func (r *Reindexer) heartbeats(ctx context.Context, cancel context.CancelCauseFu
 			return
 		case <-t.C:
 		}
-		if err := r.saveProgress(ctx); errors.Is(err, ErrLost) {
+		if r.finished.Load() {
+			return
+		}
+		if err := r.saveProgress(ctx); errors.Is(err, ErrLost) && !r.finished.Load() {
 			r.log.Error("reindex: the job was aborted or taken over; stopping")
 			cancel(ErrLost)
 			return
