@@ -75,7 +75,7 @@ func setup(t testing.TB) *bundle {
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for n := 1; n <= 6; n++ {
+		for n := 1; n <= 12; n++ {
 			_ = eng.DeleteIndex(c, mapping.PhysicalName(b.alias, n))
 		}
 	})
