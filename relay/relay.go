@@ -461,6 +461,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ac
 		}
 		var retry, poison, notAttempted bool
 		var reasons []string
+		var retryAfter time.Duration
 		stale := 0
 		for _, ci := range routed[i] {
 			o := byEvent[i][ci]
@@ -471,6 +472,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ac
 				stale++
 			case sink.Retry:
 				retry = true
+				retryAfter = max(retryAfter, o.RetryAfter)
 				reasons = append(reasons, name+": "+o.Reason)
 			case sink.Poison:
 				poison = true
@@ -488,7 +490,8 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ac
 				bs.Failed++
 			} else {
 				row.outcome = "retry"
-				row.delay = backoffDelay(r.cfg.Backoff, attempts)
+				// The consumer's Retry-After, when longer than the backoff.
+				row.delay = max(backoffDelay(r.cfg.Backoff, attempts), retryAfter)
 				bs.Retried++
 			}
 		case notAttempted:

@@ -63,6 +63,10 @@ func (k Kind) Delivered() bool { return k == OK || k == Stale }
 type Outcome struct {
 	Kind   Kind
 	Reason string
+	// RetryAfter, for Retry, is how long the remote end asked to be left
+	// alone (an HTTP Retry-After); the relay waits at least this long, and
+	// longer when its own backoff says so. Zero: the relay's backoff alone.
+	RetryAfter time.Duration
 }
 
 // Ok, Retryf and Poisonf build outcomes.

@@ -292,13 +292,15 @@ func classify(resp *http.Response, snippet string) sink.Outcome {
 		return sink.Ok()
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		reason := "HTTP " + resp.Status
+		var after time.Duration
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
 			reason += "; Retry-After " + describeRetryAfter(ra)
+			after = parseRetryAfter(ra, time.Now())
 		}
 		if snippet != "" {
 			reason += ": " + snippet
 		}
-		return sink.Outcome{Kind: sink.Retry, Reason: reason}
+		return sink.Outcome{Kind: sink.Retry, Reason: reason, RetryAfter: after}
 	case code >= 300 && code < 400:
 		return sink.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location"))
 	default:
@@ -308,6 +310,19 @@ func classify(resp *http.Response, snippet string) sink.Outcome {
 		}
 		return sink.Outcome{Kind: sink.Poison, Reason: reason}
 	}
+}
+
+// parseRetryAfter reads a Retry-After value (seconds or an HTTP date) as the
+// time to wait from now; 0 when it is unreadable or in the past. It is capped
+// at a day so that a silly value cannot park an event for ever.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	var d time.Duration
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		d = time.Duration(s) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), 24*time.Hour)
 }
 
 // describeRetryAfter renders a Retry-After value (seconds or an HTTP date) as
