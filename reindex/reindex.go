@@ -90,6 +90,8 @@ type Config struct {
 	// crashAfter, in tests, stops the run as if the process died once this
 	// many replay chunks are written (no job update, nothing cleaned up).
 	crashAfter int
+	// beforeVerify, in tests, runs right before the completeness check.
+	beforeVerify func(target string)
 }
 
 func (c *Config) setDefaults() {
@@ -492,6 +494,9 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	r.setPhase(PhaseVerify)
 	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": refreshInterval(r.cfg.Def)}); err != nil {
 		return nil, err
+	}
+	if r.cfg.beforeVerify != nil {
+		r.cfg.beforeVerify(r.target)
 	}
 	report, err := r.verify(ctx, job.Params.Source, r.target)
 	if err != nil {

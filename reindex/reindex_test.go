@@ -2,6 +2,7 @@ package reindex
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 )
@@ -209,5 +211,53 @@ func TestCleanupOrphanTarget(t *testing.T) {
 	}
 	if info, _ := b.eng.GetIndex(b.ctx, live); info == nil {
 		t.Fatal("the live index was deleted")
+	}
+}
+
+// A new index that differs from the live one fails the check with a report
+// that names the differences; the alias stays, the new index goes.
+func TestCheckFailureLeavesAliasAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.write(400)
+	b.dispatchAll()
+	old := b.buildLive(b.def(nil))
+	live := b.gen.Live()
+	victim, changed := live[0].ID.String(), live[1].ID.String()
+	cfg := b.config(b.def(emailAsText))
+	cfg.beforeVerify = func(target string) {
+		res, err := b.eng.Bulk(b.ctx, []indexer.BulkOp{
+			{Type: indexer.OpDelete, Index: target, ID: victim, Version: 1 << 40},
+			{Type: indexer.OpIndex, Index: target, ID: changed, Version: 1 << 40, Doc: json.RawMessage(`{"code":"tampered"}`)},
+		})
+		if err != nil || res[0].Status >= 300 || res[1].Status >= 300 {
+			t.Errorf("tamper: %+v %v", res, err)
+		}
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Run(b.ctx)
+	var ce *CheckError
+	if !errors.As(err, &ce) || ce.Report.OK {
+		t.Fatalf("run: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"FAILED", "missing in new: " + victim, "version differs: " + changed, "count differs"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("report lacks %q:\n%s", want, msg)
+		}
+	}
+	t.Log(msg)
+	if tg, _ := b.eng.AliasTargets(b.ctx, b.alias); len(tg) != 1 || tg[0] != old {
+		t.Fatalf("alias moved: %v", tg)
+	}
+	if info, _ := b.eng.GetIndex(b.ctx, mapping.PhysicalName(b.alias, 2)); info != nil {
+		t.Fatal("the new index of a failed reindex is still there")
+	}
+	st, _, res := b.jobState(b.alias)
+	if st != "failed" || res == nil || res.Verify == nil || res.Verify.OK {
+		t.Fatalf("job %s, result %+v", st, res)
 	}
 }

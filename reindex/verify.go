@@ -221,12 +221,16 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		}
 		var still []string
 		rep.SourceDiffs = nil
+		last := attempt == 4
 		for _, id := range sample {
 			od, oOK := o[id]
 			nd, nOK := n[id]
 			if !oOK || !nOK || od.Version != nd.Version {
 				if oOK != nOK || (oOK && od.Version != nd.Version) {
 					still = append(still, id) // a live write in between: look again
+					if last {
+						rep.SourceDiffs = appendMax(rep.SourceDiffs, fmt.Sprintf("%s: not comparable (old found %v v%d, new found %v v%d)", id, oOK, od.Version, nOK, nd.Version))
+					}
 				}
 				continue
 			}
@@ -237,9 +241,6 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		}
 		sample = still
 		r.log.Debug("reindex: check: sampled documents differ, looking again", "count", len(still), "attempt", attempt)
-		if len(still) > 0 && len(rep.SourceDiffs) == 0 && attempt == 4 {
-			rep.SourceDiffs = appendMax(rep.SourceDiffs, still[0]+": version kept changing")
-		}
 	}
 	rep.OK = len(rep.Groups) == 0 && len(rep.Missing) == 0 && len(rep.Extra) == 0 && len(rep.Versions) == 0 && len(rep.SourceDiffs) == 0
 	rep.Seconds = time.Since(start).Seconds()
