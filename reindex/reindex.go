@@ -168,7 +168,7 @@ type Reindexer struct {
 	versionPathSQL []string
 	idIsAggregate  bool
 	skippedEvents  atomic.Int64
-	finished       atomic.Bool // the job row was ended by this run
+	finished       atomic.Bool   // the job row was ended by this run
 	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
 
 	slow   time.Duration // tests: a pause per replayed chunk
