@@ -214,6 +214,7 @@ func TestReindexUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.slow = 100 * time.Millisecond // a pause per chunk, so that the abort lands mid-replay
 	runErr := make(chan error, 1)
 	go func() { _, err := r.Run(b.ctx); runErr <- err }()
 	testenv.Eventually(t, time.Minute, func() bool {

@@ -87,9 +87,6 @@ type Config struct {
 	// OnProgress is called with every heartbeat (for the terminal).
 	OnProgress func(Progress)
 
-	// crashAfter, in tests, stops the run as if the process died once this
-	// many replay chunks are written (no job update, nothing cleaned up).
-	crashAfter int
 	// beforeVerify, in tests, runs right before the completeness check.
 	beforeVerify func(target string)
 }
@@ -375,7 +372,7 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 	defer func() {
 		cancel(nil)
 		<-hbDone
-		if err == nil || r.crashed(err) {
+		if err == nil {
 			return
 		}
 		if errors.Is(err, ErrLost) || errors.Is(context.Cause(runCtx), ErrLost) {
@@ -396,15 +393,6 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 		err = ErrLost
 	}
 	return res, err
-}
-
-type crashError struct{}
-
-func (crashError) Error() string { return "reindex: simulated crash" }
-
-func (r *Reindexer) crashed(err error) bool {
-	var c crashError
-	return errors.As(err, &c)
 }
 
 func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
@@ -891,11 +879,9 @@ func (r *Reindexer) replay(ctx context.Context) error {
 	cache := map[string]*docState{}
 	const cacheMax = 200_000
 	rt := rate{start: time.Now()}
-	var replayed, docs atomic.Int64
-	replayed.Store(r.snapshot().EventsReplayed)
+	var docs atomic.Int64
 	docs.Store(r.snapshot().DocsWritten)
 	rt.n = docs.Load()
-	chunks := 0
 	for pass := 0; pass < 50; pass++ {
 		var wm int64
 		if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
@@ -955,7 +941,6 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			if r.slow > 0 {
 				_ = sleep(gctx, r.slow)
 			}
-			replayed.Add(int64(len(c.events)))
 			// Documents seeded at a version no event of the chunk exceeds
 			// are complete already.
 			order = r.skipSeeded(order, steps, cache)
@@ -1069,14 +1054,6 @@ func (r *Reindexer) replay(ctx context.Context) error {
 					break
 				}
 			}
-			chunks++
-			if r.cfg.crashAfter > 0 && chunks >= r.cfg.crashAfter {
-				_ = g.Wait()
-				rcancel()
-				for range reads {
-				}
-				return crashError{}
-			}
 			if len(cache) > cacheMax {
 				// Evict only when no write is in flight, so that a later
 				// read of the target sees every write of the replay.
@@ -1171,7 +1148,7 @@ func (r *Reindexer) skipSeeded(order []string, steps map[string][]*projections.R
 // are aggregate ids; otherwise tombstones are kept.
 func (r *Reindexer) dropTombstones(ctx context.Context) error {
 	def := r.cfg.Def
-	if def.DeleteMode != mapping.DeleteSoft || !r.idIsAggregate || len(r.seeded) == 0 {
+	if def.DeleteMode != mapping.DeleteSoft || !r.idIsAggregate {
 		return nil
 	}
 	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
@@ -1182,12 +1159,12 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 	err := r.raw.scroll(ctx, r.target, query, 5000, false, func(_ int64, hits []scrollHit) error {
 		var ids []string
 		vers := map[string]int64{}
+		// A tombstone written live or by the replay has a retained event;
+		// only seeded ones can lack one.
 		for _, h := range hits {
-			if v, ok := r.seeded[h.ID]; ok && v == h.Version {
-				if _, err := uuid.Parse(h.ID); err == nil {
-					ids = append(ids, h.ID)
-					vers[h.ID] = h.Version
-				}
+			if _, err := uuid.Parse(h.ID); err == nil {
+				ids = append(ids, h.ID)
+				vers[h.ID] = h.Version
 			}
 		}
 		if len(ids) == 0 {
