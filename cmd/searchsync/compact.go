@@ -23,11 +23,7 @@ type CompactCmd struct {
 // deleted in batches and the run is recorded in aa_job. It fails when another
 // run holds the job.
 func (c *CompactCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return err
 	}

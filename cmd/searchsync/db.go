@@ -39,3 +39,18 @@ func openPool(ctx context.Context, db config.Database, timeout time.Duration) (*
 	}
 	return pool, nil
 }
+
+// connect loads the configuration and opens the database pool: what every
+// command that reads or changes the outbox starts with. The caller closes
+// the pool.
+func (g *Globals) connect(ctx context.Context) (*env, *pgxpool.Pool, error) {
+	e, err := g.load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, pool, nil
+}

@@ -281,11 +281,7 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 
 // openAdmin loads the configuration and connects.
 func openAdmin(ctx context.Context, g *Globals) (*env, *outbox.Admin, poolCloser, error) {
-	e, err := g.load(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}

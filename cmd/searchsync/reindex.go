@@ -41,11 +41,7 @@ type ReindexStartCmd struct {
 
 // Run performs (or resumes) the reindex.
 func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -235,11 +231,7 @@ type ReindexAbortCmd struct {
 
 // Run aborts the running reindex.
 func (c *ReindexAbortCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -268,11 +260,7 @@ type ReindexCleanupCmd struct{}
 
 // Run deletes expired old indexes.
 func (c *ReindexCleanupCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -299,11 +287,7 @@ type ReindexStatusCmd struct {
 
 // Run lists reindex jobs.
 func (c *ReindexStatusCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	_, pool, err := g.connect(ctx)
 	if err != nil {
 		return err
 	}

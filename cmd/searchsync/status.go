@@ -18,11 +18,7 @@ type StatusCmd struct {
 
 // Run prints the status.
 func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return err
 	}
