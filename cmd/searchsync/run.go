@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/compaction"
@@ -160,8 +161,8 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		case "search":
-			cons, err = search.FromConfig(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger,
-				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}})
+			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger,
+				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}}, logger)
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
 		}
@@ -171,4 +172,30 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 		out[cc.Name] = cons
 	}
 	return out, nil
+}
+
+// newSearchConsumer builds a search consumer (creating its missing indexes).
+// An engine that is unreachable at start-up (or answers 429/5xx) is waited
+// for with backoff, as the NATS consumer waits for its server; a bad
+// definition or configuration fails at once.
+func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consumer, o search.Options, logger *slog.Logger) (*search.Consumer, error) {
+	eng, err := indexer.New(cfg.Engine, nil)
+	if err != nil {
+		return nil, err
+	}
+	o.Engine = eng
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(500*time.Millisecond), backoff.WithMaxInterval(15*time.Second), backoff.WithMaxElapsedTime(0))
+	for {
+		c, err := search.FromConfig(ctx, cfg, cc, o)
+		if err == nil || !indexer.IsTemporary(err) {
+			return c, err
+		}
+		wait := bo.NextBackOff()
+		logger.Warn("search engine unavailable at start-up; waiting", "consumer", cc.Name, "urls", cfg.Engine.URLs, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
