@@ -5,9 +5,9 @@
 // relay's dashboard, its Prometheus metrics and `searchsync status` all read
 // the same Snapshot, so they agree.
 //
-// Pending figures come through the partial index ix_outbox_event_pending and
-// are cheap; failed rows have no index of their own (the spec's schema has
-// none), so a Sampler refreshes them less often than the pending figures.
+// Pending figures come through the partial index ix_outbox_event_pending,
+// failed ones through the relay's ix_outbox_event_failed: a snapshot reads only
+// undelivered rows, however long the delivered history is.
 package lag
 
 import (
@@ -133,7 +133,7 @@ func (r *Reader) pending(ctx context.Context, s *Snapshot) ([]group, error) {
 }
 
 // failed reads the failed figures, blocked aggregates and recent failures
-// (a scan of the table: no index covers failed rows).
+// (through ix_outbox_event_failed).
 func (r *Reader) failed(ctx context.Context, s *Snapshot) ([]group, error) {
 	rows, err := r.pool.Query(ctx, r.q.failedGroups)
 	if err != nil {

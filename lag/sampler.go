@@ -20,10 +20,8 @@ type Point struct {
 
 // SamplerConfig configures a Sampler.
 type SamplerConfig struct {
-	// Interval between pending samples. Default 2s.
+	// Interval between samples. Default 2s.
 	Interval time.Duration
-	// FailedInterval between samples of failed rows (a table scan). Default 15s.
-	FailedInterval time.Duration
 	// History is how much history is kept. Default 1h.
 	History time.Duration
 }
@@ -35,18 +33,14 @@ type Sampler struct {
 	cfg    SamplerConfig
 	logger *slog.Logger
 
-	mu         sync.RWMutex
-	last       *Snapshot
-	lastFailed time.Time
-	failedG    []group
-	failedS    Snapshot
-	history    []Point
+	mu      sync.RWMutex
+	last    *Snapshot
+	history []Point
 }
 
 // NewSampler returns a Sampler over r.
 func NewSampler(r *Reader, cfg SamplerConfig, logger *slog.Logger) *Sampler {
 	cfg.Interval = cmp.Or(cfg.Interval, 2*time.Second)
-	cfg.FailedInterval = cmp.Or(cfg.FailedInterval, 15*time.Second)
 	cfg.History = cmp.Or(cfg.History, time.Hour)
 	return &Sampler{r: r, cfg: cfg, logger: logger}
 }
@@ -67,35 +61,14 @@ func (s *Sampler) Run(ctx context.Context) {
 	}
 }
 
-// Sample takes a snapshot now (failed figures at most every FailedInterval),
-// records it in the history and returns it.
+// Sample takes a snapshot now, records it in the history and returns it.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
-	snap := &Snapshot{}
-	if err := s.r.pool.QueryRow(ctx, `SELECT now()`).Scan(&snap.At); err != nil {
-		return nil, err
-	}
-	pg, err := s.r.pending(ctx, snap)
+	snap, err := s.r.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	needFailed := s.last == nil || snap.At.Sub(s.lastFailed) >= s.cfg.FailedInterval
-	fg, fs := s.failedG, s.failedS
-	s.mu.RUnlock()
-	if needFailed {
-		fs = Snapshot{}
-		if fg, err = s.r.failed(ctx, &fs); err != nil {
-			return nil, err
-		}
-	}
-	snap.Blocked, snap.BlockedCount, snap.Failures = fs.Blocked, fs.BlockedCount, fs.Failures
-	s.r.summarize(snap, pg, fg)
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if needFailed {
-		s.lastFailed, s.failedG, s.failedS = snap.At, fg, fs
-	}
 	if p := s.last; p != nil {
 		if dt := snap.At.Sub(p.At).Seconds(); dt > 0 {
 			handled := float64(snap.LastID-p.LastID) - float64((snap.Pending+snap.Failed)-(p.Pending+p.Failed))
