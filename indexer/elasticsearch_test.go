@@ -2,10 +2,6 @@ package indexer_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -26,27 +22,6 @@ func newElasticsearch(t testing.TB, url string) indexer.Engine {
 	return e
 }
 
-// productProxy is a TEST-ONLY reverse proxy to the OpenSearch node that adds
-// X-Elastic-Product: Elasticsearch to every answer, so that the
-// go-elasticsearch v8 client (which refuses servers without it) can be
-// exercised against the real node where no Elasticsearch runs (CI). It
-// changes nothing else: requests and bodies pass through unchanged.
-func productProxy(t testing.TB, target string) string {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(r *http.Response) error {
-		r.Header.Set("X-Elastic-Product", "Elasticsearch")
-		return nil
-	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
 // TestElasticsearch runs the contract suite with the Elasticsearch adapter:
 // against the OpenSearch node through the product proxy (always), and against
 // a real Elasticsearch 8 container where a Docker engine is reachable.
@@ -54,7 +29,7 @@ func TestElasticsearch(t *testing.T) {
 	t.Parallel()
 	t.Run("OpenSearchThroughProxy", func(t *testing.T) {
 		t.Parallel()
-		enginetest.Run(t, productProxy(t, testenv.EngineURL(t)), newElasticsearch)
+		enginetest.Run(t, testenv.ElasticProductProxy(t, testenv.EngineURL(t)), newElasticsearch)
 	})
 	if testenv.DockerAvailable() {
 		t.Run("Elasticsearch8", func(t *testing.T) {

@@ -1,10 +1,6 @@
 package search_test
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -17,31 +13,11 @@ import (
 	"github.com/searchsync/searchsync/sink/search"
 )
 
-// productProxy is a TEST-ONLY reverse proxy to the OpenSearch node that adds
-// X-Elastic-Product: Elasticsearch to every answer, so that the
-// go-elasticsearch v8 client can talk to the real node (no Elasticsearch
-// runs here). Requests and bodies pass through unchanged.
-func productProxy(t testing.TB, target string) string {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(r *http.Response) error {
-		r.Header.Set("X-Elastic-Product", "Elasticsearch")
-		return nil
-	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
 // The consumer works the same through the Elasticsearch adapter: documents,
 // partial merges (one _mget), stale writes, soft deletes, mapping poison.
 func TestThroughElasticsearchAdapter(t *testing.T) {
 	b := setup(t)
-	eng, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{productProxy(t, testenv.EngineURL(t))}}, nil)
+	eng, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticProductProxy(t, testenv.EngineURL(t))}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
