@@ -320,10 +320,9 @@ type Targets struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu  sync.Mutex
-	at  time.Time
-	m   map[string][]string
-	err error
+	mu sync.Mutex
+	at time.Time
+	m  map[string][]string
 }
 
 // NewTargets returns a lookup over db (a pool with search_path set to the
