@@ -50,6 +50,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	defer indexer.Close(eng)
 	def, tenant, err := reindexDef(e.cfg, c.Alias)
 	if err != nil {
 		return err
@@ -240,6 +241,7 @@ func (c *ReindexAbortCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	defer indexer.Close(eng)
 	target, err := reindex.Abort(ctx, pool, eng, e.cfg.Engine, c.Alias, e.logger)
 	if errors.Is(err, reindex.ErrNoJob) {
 		return fmt.Errorf("reindex abort: no reindex of %s is running", c.Alias)
@@ -269,6 +271,7 @@ func (c *ReindexCleanupCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	defer indexer.Close(eng)
 	done, err := reindex.Cleanup(ctx, pool, eng, time.Now(), e.logger)
 	for _, x := range done {
 		fmt.Printf("deleted %s (old index of %s, kept until %s)\n", x.Index, x.Alias, x.DeleteAfter.Format(time.RFC3339))

@@ -28,6 +28,7 @@ func (c *SearchCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	defer indexer.Close(eng)
 	query := map[string]any{"match_all": map[string]any{}}
 	if c.Query != "" {
 		query = map[string]any{"simple_query_string": map[string]any{"query": c.Query, "default_operator": "and"}}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/lag"
 )
 
@@ -34,6 +35,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if drift != nil {
 		doc.Drift = append(doc.Drift, drift.check(ctx)...)
+		indexer.Close(drift.eng)
 	}
 	if c.JSON {
 		enc := json.NewEncoder(os.Stdout)
