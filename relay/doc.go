@@ -39,8 +39,18 @@
 // the head, in id order, so consumers can coalesce it. Blocking is per
 // aggregate only: every other aggregate flows on. Two partial indexes
 // (migration 00003) keep the claim's cost to what is pending and blocked,
-// never the delivered history. While claims come back full, the next claim is
-// sent in the same round trip as the ack.
+// never the delivered history.
+//
+// # Pipelining
+//
+// While claims come back full, a batch's ack runs beside the next batch's
+// delivery: after delivering batch N the relay waits for the ack of N-1,
+// starts the ack of N and claims N+1 at once, leaving out N's aggregates
+// (their events stay pending until N's ack commits, and their next events
+// wait for its outcomes). The claim of N+1 sees the ack of N-1, so a retry or
+// failure in N-1 blocks its aggregate as usual. Per aggregate nothing
+// changes: events in id order, never in two batches at once. The database's
+// work for a batch then overlaps the consumers' work for the next.
 //
 // # Outcomes
 //

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,8 +29,10 @@ type Relay struct {
 
 	wake    chan struct{}
 	running atomic.Bool
-	// next is a claim that came with the last ack. Worker goroutine only.
-	next *prefetch
+	// next is a batch claimed while inflight was being acked; inflight is
+	// the ack running beside the delivery of next. Worker goroutine only.
+	next     *prefetch
+	inflight *pendingAck
 	// nextDue is the earliest available_at this relay gave a retried event
 	// (zero: none pending); the worker wakes for it instead of waiting for the
 	// next poll. Used by the worker goroutine only.
@@ -156,6 +159,11 @@ func newWaitBackoff() *backoff.ExponentialBackOff {
 
 // work is the claim → deliver → ack loop.
 func (r *Relay) work(ctx context.Context) {
+	defer func() {
+		if err := r.finishAck(); err != nil {
+			r.cfg.Logger.Warn("relay: last ack failed (its events are delivered again)", "error", err)
+		}
+	}()
 	bo := newWaitBackoff()
 	poll := time.NewTimer(r.cfg.PollInterval)
 	defer poll.Stop()
@@ -215,18 +223,33 @@ type claimed struct {
 	part int32
 }
 
-// prefetch is a claim sent in the same round trip as the previous batch's
-// ack.
+// prefetch is the next batch, claimed while the previous batch's ack was
+// still in flight.
 type prefetch struct {
 	c       claimable
 	evs     []claimed
 	scanned int
 }
 
+// pendingAck is a batch's ack running beside the next batch's delivery.
+type pendingAck struct {
+	bs   BatchStats
+	acks []ackRow
+	end  time.Time // when the ack returned
+	done chan error
+}
+
 // batch claims, delivers and acks one batch. full reports that the claim was
-// full, so the loop goes on without waiting. After a full claim the next
-// claim travels with the ack (one round trip, one implicit transaction: it
-// sees the ack's changes) and is kept for the next call.
+// full, so the loop goes on without waiting.
+//
+// While claims come back full, acks are pipelined: after delivering batch N
+// the relay waits for the ack of N-1 (it ran during N's delivery), starts the
+// ack of N in the background and claims N+1 at once, leaving out N's
+// aggregates (their events stay pending until N's ack commits, and their next
+// events must wait for its outcomes). The claim of N+1 sees the ack of N-1,
+// so whatever N-1 retried or failed blocks its aggregate as usual. Per
+// aggregate nothing changes: its events are delivered in id order, never two
+// batches at once. At most one ack is in flight.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	if !r.nextDue.IsZero() && time.Now().After(r.nextDue) {
 		r.nextDue = time.Time{} // this claim takes what was due
@@ -237,19 +260,22 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		scanned int
 		bs      BatchStats
 	)
-	if p := r.next; p != nil {
+	if p := r.next; p != nil && len(p.evs) > 0 {
 		r.next = nil
 		c, evs, scanned = p.c, p.evs, p.scanned
 	} else {
+		r.next = nil
+		// A claim must see every outcome written so far.
+		if err := r.finishAck(); err != nil {
+			return false, err
+		}
 		c = r.leases.begin()
 		if len(c.parts) == 0 {
 			r.leases.done()
 			return false, nil
 		}
 		t0 := time.Now()
-		cctx, cancelClaim := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
-		evs, err = r.claim(cctx, c)
-		cancelClaim()
+		evs, err = r.claim(ctx, c, nil)
 		scanned = len(evs)
 		bs.Claim = time.Since(t0)
 		if err != nil {
@@ -272,42 +298,81 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	acks := r.deliver(dctx, evs, &bs)
 	bs.Deliver = time.Since(t1)
 
-	t2 := time.Now()
+	// The previous batch's ack ran during this delivery.
+	prevErr := r.finishAck()
 	full = scanned >= r.cfg.BatchSize
-	acked := false
-	if full && ctx.Err() == nil && len(acks) > 0 {
+	if full && prevErr == nil && ctx.Err() == nil && len(acks) > 0 {
 		if next := r.leases.begin(); len(next.parts) > 0 {
-			p, err := r.ackAndClaim(ctx, c, acks, &bs, next)
-			if err == nil {
-				acked = true
-				r.next = p
-				r.leases.keep(next)
-			} else if ctx.Err() == nil {
-				r.cfg.Logger.Debug("relay: pipelined ack failed; acking alone", "error", err)
+			r.startAck(ctx, c, acks, bs)
+			t2 := time.Now()
+			nevs, err := r.claim(ctx, next, evs)
+			if err != nil {
+				// The next call claims again once the ack is in.
+				r.cfg.Logger.Debug("relay: claim beside the ack failed; claiming after it", "error", err)
+				return true, nil
 			}
+			r.stats.claimNs.Add(int64(time.Since(t2)))
+			r.next = &prefetch{c: next, evs: nevs, scanned: len(nevs)}
+			return true, nil
 		}
 	}
-	if !acked {
-		err := r.ack(ctx, c, acks, &bs)
+	t2 := time.Now()
+	err = r.ack(ctx, c, acks, &bs)
+	r.leases.done()
+	bs.Ack = time.Since(t2)
+	r.batchDone(bs, acks, time.Now())
+	if err != nil {
+		return false, err
+	}
+	return full, prevErr
+}
+
+// startAck writes the outcomes of a batch in the background; finishAck
+// waits for them.
+func (r *Relay) startAck(ctx context.Context, c claimable, acks []ackRow, bs BatchStats) {
+	a := &pendingAck{bs: bs, acks: acks, done: make(chan error, 1)}
+	r.inflight = a
+	go func() {
+		t := time.Now()
+		err := r.ack(ctx, c, acks, &a.bs)
+		a.end = time.Now()
+		a.bs.Ack = a.end.Sub(t)
+		a.done <- err
+	}()
+}
+
+// finishAck waits for the ack in flight, if any, records its batch and
+// leaves only the prefetched batch's partitions in flight.
+func (r *Relay) finishAck() error {
+	a := r.inflight
+	if a == nil {
+		return nil
+	}
+	r.inflight = nil
+	err := <-a.done
+	if r.next != nil {
+		r.leases.keep(r.next.c)
+	} else {
 		r.leases.done()
-		if err != nil {
-			return false, err
-		}
 	}
-	done := time.Now() // not before the database's now() of the ack
+	r.batchDone(a.bs, a.acks, a.end)
+	return err
+}
+
+// batchDone records a batch whose ack returned at end: its figures, and
+// when the earliest retry it scheduled is due.
+func (r *Relay) batchDone(bs BatchStats, acks []ackRow, end time.Time) {
 	for _, a := range acks {
 		if a.outcome == "retry" {
-			if due := done.Add(a.delay); r.nextDue.IsZero() || due.Before(r.nextDue) {
+			if due := end.Add(a.delay); r.nextDue.IsZero() || due.Before(r.nextDue) {
 				r.nextDue = due
 			}
 		}
 	}
-	bs.Ack = done.Sub(t2)
 	r.stats.add(bs)
 	if r.cfg.OnBatch != nil {
 		r.cfg.OnBatch(bs)
 	}
-	return full, nil
 }
 
 // graceContext is a context that is not cancelled with parent, but grace
@@ -338,20 +403,39 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 	return out, rows.Err()
 }
 
-// claimQuery is the claim statement for c and its arguments.
-func (r *Relay) claimQuery(c claimable) (string, []any) {
-	if c.all {
-		return r.q.claimAll, nil
-	}
-	return r.q.claimOwned, []any{c.parts}
-}
-
 // claim reads the next deliverable events of the claimable partitions, in id
-// order (see claimSQL).
-func (r *Relay) claim(ctx context.Context, c claimable) ([]claimed, error) {
+// order (see claimSQL), leaving out the aggregates of behind, the batch whose
+// ack is in flight.
+func (r *Relay) claim(ctx context.Context, c claimable, behind []claimed) ([]claimed, error) {
 	r.stats.claims.Add(1)
-	q, args := r.claimQuery(c)
-	rows, err := r.pool.Query(ctx, q, args...)
+	q, args := r.q.claimAll, []any{}
+	if !c.all {
+		q, args = r.q.claimOwned, []any{c.parts}
+	}
+	if behind != nil {
+		if c.all {
+			q = r.q.claimAllBehind
+		} else {
+			q = r.q.claimOwnedBehind
+		}
+		var types []string
+		var aggs []uuid.UUID
+		var ids []int64
+		seen := map[string]bool{}
+		for i := range behind {
+			e := &behind[i].ev
+			if e.AggregateID == nil {
+				ids = append(ids, e.ID)
+			} else if k := e.AggregateKey(); !seen[k] {
+				seen[k] = true
+				types, aggs = append(types, e.AggregateType), append(aggs, *e.AggregateID)
+			}
+		}
+		args = append(args, types, aggs, ids)
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
+	defer cancel()
+	rows, err := r.pool.Query(cctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -568,40 +652,6 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 		case <-time.After(d):
 		}
 	}
-}
-
-// ackAndClaim sends the ack of this batch and the claim of the next in one
-// round trip. They run in one implicit transaction: on any error neither
-// took effect, and the caller acks alone.
-func (r *Relay) ackAndClaim(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats, next claimable) (*prefetch, error) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
-	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue(r.q.ack, r.ackArgs(c, acks)...)
-	q, args := r.claimQuery(next)
-	b.Queue(q, args...)
-	br := r.pool.SendBatch(actx, b)
-	tag, err := br.Exec()
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	r.stats.claims.Add(1)
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	evs, err := scanEvents(rows)
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, err
-	}
-	r.countFenced(len(acks), tag.RowsAffected(), bs)
-	return &prefetch{c: next, evs: evs, scanned: len(evs)}, nil
 }
 
 func deadline(ctx context.Context) time.Time {

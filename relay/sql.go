@@ -48,12 +48,21 @@ WITH blocker AS (
 SELECT ` + eventColumns + `
 FROM {s}.aa_outbox_event e
 WHERE e.status = 'pending' AND e.available_at <= now()
-  {partition_filter}
+  {partition_filter}{behind_filter}
   AND NOT EXISTS (SELECT 1 FROM blocker b
                   WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
                     AND b.first_id < e.id)
 ORDER BY e.id
 LIMIT {batch}`
+
+// behindFilter leaves out the aggregates of the batch whose ack is still in
+// flight (types {p1}, ids {p2}) and its events without an aggregate (ids
+// {p3}): they stay pending until that ack commits, and an aggregate's next
+// events must wait for its outcome.
+const behindFilter = `
+  AND NOT EXISTS (SELECT 1 FROM unnest({p1}::text[], {p2}::uuid[]) AS f(aggregate_type, aggregate_id)
+                  WHERE f.aggregate_type = e.aggregate_type AND f.aggregate_id = e.aggregate_id)
+  AND e.id <> ALL({p3}::bigint[])`
 
 // eventColumns is what a claim reads of an event, its partition first.
 const eventColumns = partitionExpr + ` AS part,
@@ -127,6 +136,7 @@ WHERE owner = $1 AND partition = ANY($2::int[])`
 // queries holds the statements with the schema filled in.
 type queries struct {
 	claimAll, claimOwned, ack                             string
+	claimAllBehind, claimOwnedBehind                      string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 }
@@ -137,9 +147,24 @@ type queries struct {
 func newQueries(schema string, partitions, batch int) queries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(),
 		"{partitions}", strconv.Itoa(partitions), "{batch}", strconv.Itoa(batch))
+	claim := func(owned, behind bool) string {
+		q, first := claimSQL, 1
+		if owned {
+			q = strings.Replace(q, "{partition_filter}", "AND "+partitionExpr+" = ANY($1::int[])", 1)
+			first = 2
+		}
+		q = strings.Replace(q, "{partition_filter}", "", 1)
+		if behind {
+			q = strings.Replace(q, "{behind_filter}", strings.NewReplacer("{p1}", "$"+strconv.Itoa(first),
+				"{p2}", "$"+strconv.Itoa(first+1), "{p3}", "$"+strconv.Itoa(first+2)).Replace(behindFilter), 1)
+		}
+		return r.Replace(strings.Replace(q, "{behind_filter}", "", 1))
+	}
 	return queries{
-		claimAll:            r.Replace(strings.Replace(claimSQL, "{partition_filter}", "", 1)),
-		claimOwned:          r.Replace(strings.Replace(claimSQL, "{partition_filter}", "AND "+partitionExpr+" = ANY($1::int[])", 1)),
+		claimAll:            claim(false, false),
+		claimOwned:          claim(true, false),
+		claimAllBehind:      claim(false, true),
+		claimOwnedBehind:    claim(true, true),
 		ack:                 r.Replace(ackSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),

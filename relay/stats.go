@@ -17,9 +17,10 @@ type BatchStats struct {
 	Untouched  int // behind a non-delivered event of its aggregate, or not attempted
 	Fenced     int // outcomes not written because the partition lease was lost
 
-	// Time spent in each step. While claims come back full, the next claim
-	// travels with the ack: that round trip counts as Ack, and the next
-	// batch's Claim is zero.
+	// Time spent in each step. While claims come back full, a batch's ack
+	// runs beside the next batch's delivery (Ack is its own duration, not
+	// time the relay waited) and the next claim is made beside it (the next
+	// batch's Claim is zero; Stats.ClaimTime counts it).
 	Claim, Deliver, Ack time.Duration
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,15 +65,15 @@ func (b *bundle) waitPending(timeout time.Duration) {
 	b.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		var n int
-		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM aa_outbox_event WHERE status = 'pending'`).Scan(&n); err != nil {
+		var pending bool
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM aa_outbox_event WHERE status = 'pending')`).Scan(&pending); err != nil {
 			b.t.Fatal(err)
 		}
-		if n == 0 {
+		if !pending {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("%d events still pending after %s", n, timeout)
+			b.t.Fatalf("events still pending after %s", timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -119,8 +120,12 @@ func benchEndToEnd(b *testing.B, relays int) {
 		}
 		// The raw rate is measured before and after the end-to-end run (the
 		// engine warms up, the machine's load drifts) and averaged.
+		var rawCPU testenv.CPU
+		var rawWork indexWork
 		rawRate := func() indexer.BulkRate {
 			raw := testenv.Name(bd.alias + "_raw")
+			c0 := testenv.ReadCPU()
+			defer func() { rawCPU = testenv.ReadCPU().Sub(c0) }()
 			if err := mapping.CreatePhysical(bd.ctx, bd.eng, bd.def, raw, false); err != nil {
 				b.Fatal(err)
 			}
@@ -129,11 +134,14 @@ func benchEndToEnd(b *testing.B, relays int) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			rawWork = bd.indexWork(raw)
 			return rate
 		}
 		raw1 := rawRate()
+		raw1CPU, raw1Work := rawCPU, rawWork
 		b.ResetTimer()
 
+		c0 := testenv.ReadCPU()
 		start := time.Now()
 		te := &timedEngine{Engine: bd.eng}
 		tc := &timed{Consumer: bd.consumer(func(c *search.Config) { c.Engine = te })}
@@ -148,6 +156,7 @@ func benchEndToEnd(b *testing.B, relays int) {
 			b.Fatalf("%d documents searchable, want %d", got, n)
 		}
 		e2e := time.Since(start)
+		e2eCPU := testenv.ReadCPU().Sub(c0)
 		b.StopTimer()
 		raw2 := rawRate()
 
@@ -169,6 +178,9 @@ func benchEndToEnd(b *testing.B, relays int) {
 			relays, batches, claim.Round(time.Millisecond), deliver.Round(time.Millisecond),
 			time.Duration(tc.deliver.Load()).Round(time.Millisecond), time.Duration(te.bulk.Load()).Round(time.Millisecond),
 			ack.Round(time.Millisecond), tc.Writer().Stats())
+		b.Logf("relays=%d: raw before: %s; %s", relays, raw1CPU, raw1Work)
+		b.Logf("relays=%d: end to end: %s; %s", relays, e2eCPU, bd.indexWork(bd.alias))
+		b.Logf("relays=%d: raw after: %s; %s", relays, rawCPU, rawWork)
 	}
 }
 
@@ -214,4 +226,49 @@ func BenchmarkCoalescing(b *testing.B) {
 			}
 		})
 	}
+}
+
+// indexWork is what the engine reports it spent on one index (its _stats):
+// the time in indexing, refreshes and merges, and how many of each.
+type indexWork struct {
+	Indexing, Refresh, Merge time.Duration
+	Refreshes, Merges        int64
+}
+
+func (w indexWork) String() string {
+	return fmt.Sprintf("engine work on the index: indexing %s, %d refreshes %s, %d merges %s",
+		w.Indexing, w.Refreshes, w.Refresh, w.Merges, w.Merge)
+}
+
+func (b *bundle) indexWork(index string) indexWork {
+	b.t.Helper()
+	resp, err := http.Get(testenv.EngineURL(b.t) + "/" + index + "/_stats/indexing,refresh,merge")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		All struct {
+			Primaries struct {
+				Indexing struct {
+					IndexTime int64 `json:"index_time_in_millis"`
+				} `json:"indexing"`
+				Refresh struct {
+					Total     int64 `json:"total"`
+					TotalTime int64 `json:"total_time_in_millis"`
+				} `json:"refresh"`
+				Merges struct {
+					Total     int64 `json:"total"`
+					TotalTime int64 `json:"total_time_in_millis"`
+				} `json:"merges"`
+			} `json:"primaries"`
+		} `json:"_all"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		b.t.Fatalf("_stats of %s: %v", index, err)
+	}
+	p := st.All.Primaries
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	return indexWork{Indexing: ms(p.Indexing.IndexTime), Refresh: ms(p.Refresh.TotalTime), Merge: ms(p.Merges.TotalTime),
+		Refreshes: p.Refresh.Total, Merges: p.Merges.Total}
 }
