@@ -53,7 +53,8 @@ func benchOnce(tb testing.TB) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fill := res.Timings.Seed + res.Timings.Replay
+	tm := res.Timings
+	fill := tm.Seed + tm.Replay + tm.Refresh
 
 	// The same documents, raw.
 	var ops []indexer.BulkOp
@@ -80,8 +81,10 @@ func benchOnce(tb testing.TB) {
 		tb.Logf(format, args...)
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	}
-	logf("reindex: %d docs (%d seeded, %d events replayed → %d writes, %d stale, %d older than the seed) in %.2fs (seed %.2fs + replay %.2fs): %.0f docs/s; check %.2fs",
-		len(ops), p.DocsSeeded, p.EventsReplayed, p.DocsWritten, p.Stale, p.SeedNewer, fill, res.Timings.Seed, res.Timings.Replay, rate, res.Timings.Verify)
+	logf("reindex: %d docs (%d seeded, %d tombstones not copied, %d events replayed → %d writes, %d stale, %d older than the seed) in %.2fs (seed %.2fs + replay %.2fs + refresh %.2fs): %.0f docs/s",
+		len(ops), p.DocsSeeded, p.TombstonesDropped, p.EventsReplayed, p.DocsWritten, p.Stale, p.SeedNewer, fill, tm.Seed, tm.Replay, tm.Refresh, rate)
+	logf("whole run %.2fs: dual-write wait %.2fs, fill %.2fs, check %.2fs, rest (job, create, swap) %.2fs",
+		res.Seconds, tm.Wait, fill, tm.Verify, res.Seconds-tm.Wait-fill-tm.Verify)
 	logf("raw _bulk: %s", rawRate)
 	logf("ratio reindex/raw = %.2f", rate/rawRate.PerSecond)
 	if bb, ok := tb.(*testing.B); ok {

@@ -50,18 +50,24 @@ type Progress struct {
 	DocsSeeded int64  `json:"docs_seeded"`
 	SeedDone   bool   `json:"seed_done"`
 	SeedTask   string `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
-	// TombstonesDropped counts seeded tombstones whose events were all compacted.
-	TombstonesDropped int64     `json:"tombstones_dropped"`
-	LastID            int64     `json:"last_id"`   // the last outbox id replayed
-	Watermark         int64     `json:"watermark"` // the max outbox id of the current pass
-	EventsReplayed    int64     `json:"events_replayed"`
-	DocsWritten       int64     `json:"docs_written"` // replay writes (after coalescing)
-	Stale             int64     `json:"stale"`        // writes the target already held (409)
-	Poison            int64     `json:"poison"`       // events the projections reject (skipped)
-	SeedNewer         int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
-	Rate              float64   `json:"rate_per_s"`   // docs/s of the current phase
-	ETA               string    `json:"eta,omitempty"`
-	UpdatedAt         time.Time `json:"updated_at"`
+	// TombstonesDropped counts the tombstones of the live index not
+	// copied (or deleted after the replay) because their events were all
+	// compacted.
+	TombstonesDropped int64 `json:"tombstones_dropped"`
+	// DropTombstones says that the seed may have copied such tombstones
+	// (too many to exclude, or an interrupted copy): they are deleted after
+	// the replay.
+	DropTombstones bool      `json:"drop_tombstones,omitempty"`
+	LastID         int64     `json:"last_id"`   // the last outbox id replayed
+	Watermark      int64     `json:"watermark"` // the max outbox id of the current pass
+	EventsReplayed int64     `json:"events_replayed"`
+	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
+	Stale          int64     `json:"stale"`        // writes the target already held (409)
+	Poison         int64     `json:"poison"`       // events the projections reject (skipped)
+	SeedNewer      int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
+	Rate           float64   `json:"rate_per_s"`   // docs/s of the current phase
+	ETA            string    `json:"eta,omitempty"`
+	UpdatedAt      time.Time `json:"updated_at"`
 }
 
 // Result is what a finished reindex records (aa_job.result).
@@ -78,9 +84,11 @@ type Result struct {
 
 // Timings are the seconds each phase of this run took.
 type Timings struct {
-	Seed   float64 `json:"seed_s"`
-	Replay float64 `json:"replay_s"`
-	Verify float64 `json:"verify_s"`
+	Wait    float64 `json:"wait_s"`    // until every consumer writes the target too (2×TargetsTTL)
+	Seed    float64 `json:"seed_s"`    // refresh of the live index, tombstone look-up, copy
+	Replay  float64 `json:"replay_s"`  // outbox replay (and tombstone deletes, if any)
+	Refresh float64 `json:"refresh_s"` // the definition's refresh interval back, target refreshed
+	Verify  float64 `json:"verify_s"`  // completeness check
 }
 
 // Job is a running reindex row held by this process.

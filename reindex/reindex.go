@@ -439,6 +439,7 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	// 2. Dual writes on, then wait until every search consumer has seen it:
 	// from then on every live op reaches the target, and everything
 	// delivered before is committed and visible to the replay.
+	tw := time.Now()
 	if !job.Params.DualWrite {
 		job.Params.DualWrite = true
 		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
@@ -451,13 +452,17 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 
 	// 3. Seed from the live index (history compaction removed). A refresh
 	// first, so that the copy sees every write made before dual writes began.
+	t0 := time.Now()
 	if err := r.cfg.Engine.Refresh(ctx, job.Params.Source); err != nil {
 		return nil, fmt.Errorf("reindex: refresh %s: %w", job.Params.Source, err)
 	}
-	t0 := time.Now()
 	seeding := !r.snapshot().SeedDone
 	if seeding {
 		r.seedDone = make(chan struct{})
+		if job.Resumed {
+			// An interrupted copy may have copied any tombstone.
+			r.update(func(p *Progress) { p.DropTombstones = true })
+		}
 	}
 	r.startPrefetch(ctx)
 	if seeding {
@@ -472,17 +477,25 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err := r.replay(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.dropTombstones(ctx); err != nil {
-		return nil, err
+	if r.snapshot().DropTombstones {
+		if err := r.dropTombstones(ctx); err != nil {
+			return nil, err
+		}
 	}
 	t2 := time.Now()
-	r.timings = Timings{Seed: t1.Sub(t0).Seconds(), Replay: t2.Sub(t1).Seconds()}
 
-	// 5. Completeness check, with the definition's refresh interval back.
-	r.setPhase(PhaseVerify)
+	// The definition's refresh interval back, and every write searchable.
 	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": refreshInterval(r.cfg.Def)}); err != nil {
 		return nil, err
 	}
+	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
+		return nil, fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+	}
+	t3 := time.Now()
+	r.timings = Timings{Wait: t0.Sub(tw).Seconds(), Seed: t1.Sub(t0).Seconds(), Replay: t2.Sub(t1).Seconds(), Refresh: t3.Sub(t2).Seconds()}
+
+	// 5. Completeness check.
+	r.setPhase(PhaseVerify)
 	if r.cfg.beforeVerify != nil {
 		r.cfg.beforeVerify(r.target)
 	}
@@ -490,7 +503,7 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.timings.Verify = time.Since(t2).Seconds()
+	r.timings.Verify = time.Since(t3).Seconds()
 	if !report.OK {
 		return nil, &CheckError{Report: report}
 	}
@@ -653,20 +666,26 @@ func (r *Reindexer) setPhase(phase string) {
 	r.log.Info("reindex: phase", "phase", phase)
 }
 
-// seed copies every document (tombstones excepted) of the live index to the
-// target with its version as external version.
+// seed copies the documents of the live index to the target with their
+// versions as external versions: every document, tombstones included,
+// except the tombstones that no retained outbox event mentions any more
+// (seedQuery). It records the versions it copied (r.seeded).
 func (r *Reindexer) seed(ctx context.Context, source string) error {
 	r.setPhase(PhaseSeed)
 	r.update(func(p *Progress) { p.DocsSeeded = 0 })
+	query, err := r.seedQuery(ctx, source)
+	if err != nil {
+		return err
+	}
 	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
-		return r.seedServerSide(ctx, source)
+		return r.seedServerSide(ctx, source, query)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Concurrency)
 	rt := rate{start: time.Now()}
 	var seeded atomic.Int64
 	// Pages of two bulks: fewer scroll round trips, the same bulk size.
-	err := r.raw.scroll(gctx, source, nil, 2*r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
+	err = r.raw.scroll(gctx, source, query, 2*r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
 		ops := make([]indexer.BulkOp, 0, len(hits))
 		for _, h := range hits {
 			doc := h.Source
@@ -707,10 +726,111 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	return r.saveProgress(ctx)
 }
 
-// seedServerSide copies the live documents with the engine's _reindex (no
-// transfer through searchsync) while the seeded versions are read with a
-// scroll of ids and versions only.
-func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
+// maxSkippedTombstones bounds the ids the seed query excludes; with more,
+// every tombstone is copied and those without events are deleted after the
+// replay (dropTombstones).
+const maxSkippedTombstones = 100_000
+
+// seedQuery returns the query that selects the documents to seed: all of
+// them but the tombstones (soft deletes) of documents that no retained
+// outbox event mentions any more. Every event of such an aggregate was
+// compacted, so no stale write of it can arrive and the tombstone has done
+// its job; not copying it is cheaper than copying and deleting it. Only
+// where document ids are aggregate ids; otherwise every tombstone is kept.
+//
+// The source was refreshed after dual writes began: a document that turns
+// into a tombstone (or back) after this look-up was written live, to the
+// target too, and its event is retained.
+func (r *Reindexer) seedQuery(ctx context.Context, source string) (json.RawMessage, error) {
+	def := r.cfg.Def
+	if def.DeleteMode != mapping.DeleteSoft || !r.idIsAggregate {
+		return nil, nil
+	}
+	t := time.Now()
+	tq, _ := json.Marshal(map[string]any{"term": map[string]any{def.TombstoneField: true}})
+	var skip []string
+	tombstones := 0
+	err := r.raw.scroll(ctx, source, tq, 5000, false, func(_ int64, hits []scrollHit) error {
+		tombstones += len(hits)
+		ids := make([]string, 0, len(hits))
+		for _, h := range hits {
+			ids = append(ids, h.ID)
+		}
+		ts := time.Now()
+		gone, err := r.withoutEvents(ctx, ids)
+		skip = append(skip, gone...)
+		r.log.Debug("reindex: tombstone page looked up", "ids", len(ids), "sql_ms", time.Since(ts).Milliseconds(), "since_start_ms", time.Since(t).Milliseconds())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reindex: tombstones of %s: %w", source, err)
+	}
+	r.log.Debug("reindex: tombstones looked up", "tombstones", tombstones, "without_events", len(skip), "ms", time.Since(t).Milliseconds())
+	switch {
+	case len(skip) == 0:
+		return nil, nil
+	case len(skip) > maxSkippedTombstones:
+		r.update(func(p *Progress) { p.DropTombstones = true })
+		return nil, nil
+	}
+	r.update(func(p *Progress) { p.TombstonesDropped = int64(len(skip)) })
+	q, err := json.Marshal(map[string]any{"bool": map[string]any{"must_not": []any{map[string]any{"ids": map[string]any{"values": skip}}}}})
+	return q, err
+}
+
+// withoutEvents returns those of ids (document ids that are aggregate ids)
+// that no outbox event (any status) mentions.
+func (r *Reindexer) withoutEvents(ctx context.Context, ids []string) ([]string, error) {
+	var uuids []string
+	for _, id := range ids {
+		if _, err := uuid.Parse(id); err == nil {
+			uuids = append(uuids, id)
+		}
+	}
+	if len(uuids) == 0 {
+		return nil, nil
+	}
+	// With the aggregate types of the alias's projections (only events of
+	// those can write its documents) the aggregate index answers.
+	query, args := `SELECT DISTINCT aggregate_id::text FROM aa_outbox_event WHERE aggregate_id = ANY($1::uuid[])`, []any{uuids}
+	if len(r.aggTypes) > 0 {
+		query, args = `SELECT DISTINCT aggregate_id::text FROM aa_outbox_event WHERE aggregate_type = ANY($2::text[]) AND aggregate_id = ANY($1::uuid[])`, []any{uuids, r.aggTypes}
+	}
+	rows, err := r.cfg.Pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: look up events of tombstones: %w", err)
+	}
+	mentioned := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reindex: look up events of tombstones: %w", err)
+		}
+		mentioned[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reindex: look up events of tombstones: %w", err)
+	}
+	var out []string
+	for _, id := range uuids {
+		if !mentioned[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// seedServerSide copies the documents of source matching query with the
+// engine's _reindex (no transfer through searchsync) while the versions it
+// copies are read with a scroll of ids and versions only.
+//
+// The versions are read from the source, concurrently with the copy. They
+// never exceed what the target ends up holding: a version the scroll sees
+// was either in the copy's snapshot or written live after dual writes
+// began (the source was refreshed after that), which writes the target too.
+func (r *Reindexer) seedServerSide(ctx context.Context, source string, query json.RawMessage) error {
 	if t := r.snapshot().SeedTask; t != "" {
 		// The copy of an interrupted run may still be going on.
 		if err := r.raw.cancelTask(ctx, t); err != nil {
@@ -722,7 +842,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	var st taskStatus
 	g.Go(func() error {
 		var err error
-		st, err = r.raw.copyServerSide(gctx, source, r.target, nil, r.cfg.BulkSize, r.cfg.Concurrency, func(task string) {
+		st, err = r.raw.copyServerSide(gctx, source, r.target, query, r.cfg.BulkSize, r.cfg.Concurrency, func(task string) {
 			r.update(func(p *Progress) { p.SeedTask = task })
 			_ = r.saveProgress(gctx) // so that abort can cancel it
 		}, func(s taskStatus) {
@@ -737,29 +857,27 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 		})
 		return err
 	})
+	g.Go(func() error {
+		// The versions copied: an event not newer needs no replay.
+		err := r.raw.scroll(gctx, source, query, 10000, false, func(_ int64, hits []scrollHit) error {
+			r.seededMu.Lock()
+			for _, h := range hits {
+				r.seeded[h.ID] = h.Version
+			}
+			r.seededMu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read the versions of %s: %w", source, err)
+		}
+		r.log.Debug("reindex: seeded versions read", "docs", len(r.seeded), "ms", time.Since(rt.start).Milliseconds())
+		return nil
+	})
 	if err := g.Wait(); err != nil {
+		clear(r.seeded)
 		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
 	}
 	r.log.Debug("reindex: server-side copy done", "ms", time.Since(rt.start).Milliseconds())
-	// The versions the target holds now (seeded or written live): an event
-	// not newer than them needs no replay. Read from the target, not the
-	// source, so that they are exactly what the target has.
-	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
-		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
-	}
-	err := r.raw.scroll(ctx, r.target, nil, 5000, false, func(_ int64, hits []scrollHit) error {
-		r.seededMu.Lock()
-		for _, h := range hits {
-			r.seeded[h.ID] = h.Version
-		}
-		r.seededMu.Unlock()
-		return nil
-	})
-	if err != nil {
-		clear(r.seeded)
-		return fmt.Errorf("reindex: read the seeded versions of %s: %w", r.target, err)
-	}
-	r.log.Debug("reindex: seeded versions read back", "ms", time.Since(rt.start).Milliseconds())
 	r.w.stale.Add(st.VersionConflicts)
 	r.update(func(p *Progress) { p.DocsSeeded = st.Created + st.Updated; p.SeedDone = true; p.SeedTask = "" })
 	r.log.Info("reindex: seeded from the live index (server-side _reindex)", "docs", st.Created+st.Updated, "conflicts", st.VersionConflicts, "source", source)
@@ -807,7 +925,12 @@ const readAhead = 8 // chunks read and projected ahead of the writes
 // reader reads the chunks of (from, until] in one goroutine and projects
 // them in another (each chunk on every core), so that reading, projecting
 // and writing overlap.
-func (r *Reindexer) reader(ctx context.Context, from, until int64) (<-chan read, context.CancelFunc) {
+//
+// heads reads the events without payloads first (chunk.heads): the
+// projecting goroutine, once the seed is done, reads whole only those that
+// are not older than the seed. That is most of the replay's cost saved when
+// the live index holds nearly everything, as it does.
+func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (<-chan read, context.CancelFunc) {
 	raws := make(chan read, readAhead)
 	reads := make(chan read, readAhead)
 	rctx, cancel := context.WithCancel(ctx)
@@ -816,7 +939,7 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64) (<-chan read,
 		cur := from
 		for cur < until {
 			t := time.Now()
-			c, err := r.readChunk(rctx, cur, until)
+			c, err := r.readChunk(rctx, cur, until, heads)
 			if err == nil {
 				r.log.Debug("reindex: chunk read", "events", len(c.events), "read_ms", time.Since(t).Milliseconds())
 			}
@@ -845,6 +968,12 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64) (<-chan read,
 			}
 		}
 		for rd := range raws {
+			if rd.err == nil && rd.c.heads {
+				t := time.Now()
+				n := len(rd.c.events)
+				rd.err = r.readRest(rctx, rd.c)
+				r.log.Debug("reindex: chunk completed", "events", n, "read_whole", len(rd.c.events), "ms", time.Since(t).Milliseconds())
+			}
 			if rd.err == nil {
 				t := time.Now()
 				rd.order, rd.steps = r.project(rd.c)
@@ -870,7 +999,9 @@ func (r *Reindexer) startPrefetch(ctx context.Context) {
 		return // the replay reads it again and reports the error
 	}
 	from := r.snapshot().LastID
-	reads, cancel := r.reader(ctx, from, wm)
+	// Without payloads where the seed decides which events are needed.
+	heads := r.seedDone != nil && r.idIsAggregate && r.versionPathSQL != nil
+	reads, cancel := r.reader(ctx, from, wm, heads)
 	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel}
 }
 
@@ -904,7 +1035,7 @@ func (r *Reindexer) replay(ctx context.Context) error {
 				for range pf.reads {
 				}
 			}
-			reads, rcancel = r.reader(ctx, cursor, wm)
+			reads, rcancel = r.reader(ctx, cursor, wm, false)
 		}
 		r.prefetch = nil
 		g, gctx := errgroup.WithContext(ctx)
@@ -1019,7 +1150,7 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			if failed != nil {
 				break
 			}
-			item := &inflight{last: c.last, events: len(c.events)}
+			item := &inflight{last: c.last, events: c.read}
 			dmu.Lock()
 			queue = append(queue, item)
 			dmu.Unlock()
@@ -1157,41 +1288,21 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 	query, _ := json.Marshal(map[string]any{"term": map[string]any{def.TombstoneField: true}})
 	var dropped int64
 	err := r.raw.scroll(ctx, r.target, query, 5000, false, func(_ int64, hits []scrollHit) error {
-		var ids []string
-		vers := map[string]int64{}
 		// A tombstone written live or by the replay has a retained event;
 		// only seeded ones can lack one.
+		ids := make([]string, 0, len(hits))
+		vers := map[string]int64{}
 		for _, h := range hits {
-			if _, err := uuid.Parse(h.ID); err == nil {
-				ids = append(ids, h.ID)
-				vers[h.ID] = h.Version
-			}
+			ids = append(ids, h.ID)
+			vers[h.ID] = h.Version
 		}
-		if len(ids) == 0 {
-			return nil
-		}
-		rows, err := r.cfg.Pool.Query(ctx, `SELECT DISTINCT aggregate_id::text FROM aa_outbox_event WHERE aggregate_id = ANY($1::uuid[])`, ids)
+		gone, err := r.withoutEvents(ctx, ids)
 		if err != nil {
-			return fmt.Errorf("reindex: look up events of tombstones: %w", err)
-		}
-		live := map[string]bool{}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return fmt.Errorf("reindex: look up events of tombstones: %w", err)
-			}
-			live[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("reindex: look up events of tombstones: %w", err)
+			return err
 		}
 		var ops []indexer.BulkOp
-		for _, id := range ids {
-			if !live[id] {
-				ops = append(ops, indexer.BulkOp{Type: indexer.OpDelete, Index: r.target, ID: id, Version: vers[id] + 1})
-			}
+		for _, id := range gone {
+			ops = append(ops, indexer.BulkOp{Type: indexer.OpDelete, Index: r.target, ID: id, Version: vers[id] + 1})
 		}
 		if len(ops) == 0 {
 			return nil
@@ -1202,7 +1313,7 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reindex: drop tombstones from %s: %w", r.target, err)
 	}
-	r.update(func(p *Progress) { p.TombstonesDropped = dropped })
+	r.update(func(p *Progress) { p.TombstonesDropped += dropped; p.DropTombstones = false })
 	r.log.Info("reindex: dropped tombstones whose events were all compacted", "count", dropped)
 	return nil
 }

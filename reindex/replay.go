@@ -27,7 +27,9 @@ import (
 const replayEventsSQL = `
 SELECT e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
        e.correlation_id, e.payload, e.status, e.created_at,
-       CASE WHEN $5::text[] IS NULL THEN NULL ELSE e.payload #>> $5::text[] END
+       CASE WHEN $5::text[] IS NULL THEN NULL ELSE e.payload #>> $5::text[] END` + replayWhereSQL
+
+const replayWhereSQL = `
 FROM aa_outbox_event e
 WHERE e.id > $1 AND e.id <= $2
   AND ($4::text[] IS NULL OR e.aggregate_type = ANY($4))
@@ -38,6 +40,20 @@ WHERE e.id > $1 AND e.id <= $2
                AND f.aggregate_id = e.aggregate_id AND f.id < e.id)))
 ORDER BY e.id
 LIMIT $3`
+
+// replayHeadsSQL is replayEventsSQL without the payloads: what deciding
+// whether an event is older than the seed needs ($5, the version path, is
+// set).
+const replayHeadsSQL = `
+SELECT e.id, e.event_type, e.aggregate_type, e.aggregate_id, e.payload #>> $5::text[]` + replayWhereSQL
+
+// eventsByIDSQL reads whole events by id.
+const eventsByIDSQL = `
+SELECT e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
+       e.correlation_id, e.payload, e.status, e.created_at
+FROM aa_outbox_event e
+WHERE e.id = ANY($1::bigint[])
+ORDER BY e.id`
 
 // maxIDSQL is the live watermark.
 const maxIDSQL = `SELECT coalesce(max(id), 0) FROM aa_outbox_event`
@@ -57,40 +73,103 @@ type chunk struct {
 	// without projecting them.
 	versions []int64
 	last     int64 // the cursor after this chunk
+	// heads says that the events lack their payloads (and tenant,
+	// correlation, status, time): readRest reads them for the events that
+	// are not older than the seed.
+	heads bool
+	read  int // events read (before readRest drops some)
 }
 
-func (r *Reindexer) readChunk(ctx context.Context, after, until int64) (*chunk, error) {
-	rows, err := r.cfg.Pool.Query(ctx, replayEventsSQL, after, until, r.cfg.ChunkSize, r.aggTypes, r.versionPathSQL)
+// readChunk reads the events of (after, until], at most ChunkSize. heads
+// reads them without payloads (see readRest).
+func (r *Reindexer) readChunk(ctx context.Context, after, until int64, heads bool) (*chunk, error) {
+	query := replayEventsSQL
+	if heads {
+		query = replayHeadsSQL
+	}
+	rows, err := r.cfg.Pool.Query(ctx, query, after, until, r.cfg.ChunkSize, r.aggTypes, r.versionPathSQL)
 	if err != nil {
 		return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
 	}
 	defer rows.Close()
-	c := &chunk{last: after}
+	c := &chunk{last: after, heads: heads}
 	for rows.Next() {
 		e := &outbox.Event{}
 		var tenant, agg, corr *uuid.UUID
 		var rawVersion *string
-		if err := rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt, &rawVersion); err != nil {
+		if heads {
+			err = rows.Scan(&e.ID, &e.EventType, &e.AggregateType, &agg, &rawVersion)
+		} else {
+			err = rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt, &rawVersion)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
 		}
 		e.TenantID, e.AggregateID, e.CorrelationID = tenant, agg, corr
 		c.events = append(c.events, e)
-		v := int64(-1)
-		if rawVersion != nil {
-			if n, err := strconv.ParseInt(*rawVersion, 10, 64); err == nil && n >= 0 {
-				v = n
-			}
-		}
-		c.versions = append(c.versions, v)
+		c.versions = append(c.versions, parseVersion(rawVersion))
 		c.last = e.ID
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
 	}
+	c.read = len(c.events)
 	if len(c.events) < r.cfg.ChunkSize {
 		c.last = until // nothing more up to the watermark
 	}
 	return c, nil
+}
+
+func parseVersion(raw *string) int64 {
+	if raw != nil {
+		if n, err := strconv.ParseInt(*raw, 10, 64); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
+}
+
+// readRest completes a chunk read without payloads: the events the search
+// consumer wants and the seed does not hold at a newer or equal version
+// are read whole; the others are dropped (counted as older than the seed).
+// An event gone in between (compacted: delivered long ago, so the seed
+// holds it) is dropped too.
+func (r *Reindexer) readRest(ctx context.Context, c *chunk) error {
+	var ids []int64
+	versions := map[int64]int64{}
+	for i, e := range c.events {
+		if r.cfg.Wants != nil && !r.cfg.Wants(e.EventType, e.AggregateType) {
+			continue
+		}
+		if r.seededNewer(e, c.versions[i]) {
+			continue
+		}
+		ids = append(ids, e.ID)
+		versions[e.ID] = c.versions[i]
+	}
+	c.events, c.versions, c.heads = c.events[:0], c.versions[:0], false
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := r.cfg.Pool.Query(ctx, eventsByIDSQL, ids)
+	if err != nil {
+		return fmt.Errorf("reindex: read %d outbox events by id: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := &outbox.Event{}
+		var tenant, agg, corr *uuid.UUID
+		if err := rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt); err != nil {
+			return fmt.Errorf("reindex: read outbox events by id: %w", err)
+		}
+		e.TenantID, e.AggregateID, e.CorrelationID = tenant, agg, corr
+		c.events = append(c.events, e)
+		c.versions = append(c.versions, versions[e.ID])
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reindex: read outbox events by id: %w", err)
+	}
+	return nil
 }
 
 // docState is the replay's view of one document: the state the last write
