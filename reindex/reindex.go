@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
@@ -669,17 +670,18 @@ func (r *Reindexer) setPhase(phase string) {
 // seed copies the documents of the live index to the target with their
 // versions as external versions: every document, tombstones included,
 // except the tombstones that no retained outbox event mentions any more
-// (seedQuery). It records the versions it copied (r.seeded).
+// (see compactedTombstones). It records the versions it copies (r.seeded).
 func (r *Reindexer) seed(ctx context.Context, source string) error {
 	r.setPhase(PhaseSeed)
 	r.update(func(p *Progress) { p.DocsSeeded = 0 })
-	query, err := r.seedQuery(ctx, source)
+	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
+		return r.seedServerSide(ctx, source)
+	}
+	skip, err := r.compactedTombstones(ctx, source)
 	if err != nil {
 		return err
 	}
-	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
-		return r.seedServerSide(ctx, source, query)
-	}
+	query := r.tombstoneQuery(skip) // all documents but skip
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Concurrency)
 	rt := rate{start: time.Now()}
@@ -731,51 +733,66 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 // replay (dropTombstones).
 const maxSkippedTombstones = 100_000
 
-// seedQuery returns the query that selects the documents to seed: all of
-// them but the tombstones (soft deletes) of documents that no retained
-// outbox event mentions any more. Every event of such an aggregate was
-// compacted, so no stale write of it can arrive and the tombstone has done
-// its job; not copying it is cheaper than copying and deleting it. Only
-// where document ids are aggregate ids; otherwise every tombstone is kept.
-//
-// The source was refreshed after dual writes began: a document that turns
-// into a tombstone (or back) after this look-up was written live, to the
-// target too, and its event is retained.
-func (r *Reindexer) seedQuery(ctx context.Context, source string) (json.RawMessage, error) {
-	def := r.cfg.Def
-	if def.DeleteMode != mapping.DeleteSoft || !r.idIsAggregate {
+// filtersTombstones says whether the seed leaves out the tombstones whose
+// events were all compacted: soft deletes, and document ids that are
+// aggregate ids (otherwise every tombstone is kept).
+func (r *Reindexer) filtersTombstones() bool {
+	return r.cfg.Def.DeleteMode == mapping.DeleteSoft && r.idIsAggregate
+}
+
+// compactedTombstones returns the tombstones (soft deletes) of source whose
+// documents no retained outbox event mentions any more. Every event of such
+// an aggregate was compacted, so no stale write of it can arrive and the
+// tombstone has done its job: not copying it is cheaper than copying and
+// deleting it. The seed leaves them out only while they are still
+// tombstones (tombstoneQuery): a document revived by a live write is copied,
+// and one that gets a new event in between is rebuilt by the replay (its
+// base read from the live index, as for every document the target lacks).
+// Nil when the filter does not apply; nil and DropTombstones set when there
+// are more than maxSkippedTombstones.
+func (r *Reindexer) compactedTombstones(ctx context.Context, source string) ([]string, error) {
+	if !r.filtersTombstones() {
 		return nil, nil
 	}
 	t := time.Now()
-	tq, _ := json.Marshal(map[string]any{"term": map[string]any{def.TombstoneField: true}})
+	tq, _ := json.Marshal(map[string]any{"term": map[string]any{r.cfg.Def.TombstoneField: true}})
 	var skip []string
 	tombstones := 0
-	err := r.raw.scroll(ctx, source, tq, 5000, false, func(_ int64, hits []scrollHit) error {
+	err := r.raw.scroll(ctx, source, tq, 10000, false, func(_ int64, hits []scrollHit) error {
 		tombstones += len(hits)
 		ids := make([]string, 0, len(hits))
 		for _, h := range hits {
 			ids = append(ids, h.ID)
 		}
-		ts := time.Now()
 		gone, err := r.withoutEvents(ctx, ids)
 		skip = append(skip, gone...)
-		r.log.Debug("reindex: tombstone page looked up", "ids", len(ids), "sql_ms", time.Since(ts).Milliseconds(), "since_start_ms", time.Since(t).Milliseconds())
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reindex: tombstones of %s: %w", source, err)
 	}
 	r.log.Debug("reindex: tombstones looked up", "tombstones", tombstones, "without_events", len(skip), "ms", time.Since(t).Milliseconds())
-	switch {
-	case len(skip) == 0:
-		return nil, nil
-	case len(skip) > maxSkippedTombstones:
+	if len(skip) > maxSkippedTombstones {
 		r.update(func(p *Progress) { p.DropTombstones = true })
 		return nil, nil
 	}
 	r.update(func(p *Progress) { p.TombstonesDropped = int64(len(skip)) })
-	q, err := json.Marshal(map[string]any{"bool": map[string]any{"must_not": []any{map[string]any{"ids": map[string]any{"values": skip}}}}})
-	return q, err
+	return skip, nil
+}
+
+// tombstoneQuery is the query of the documents to copy: all but the
+// tombstones among skip (nil: all).
+func (r *Reindexer) tombstoneQuery(skip []string) json.RawMessage {
+	if len(skip) == 0 {
+		return nil
+	}
+	q, _ := json.Marshal(map[string]any{"bool": map[string]any{"must_not": []any{
+		map[string]any{"bool": map[string]any{"filter": []any{
+			map[string]any{"term": map[string]any{r.cfg.Def.TombstoneField: true}},
+			map[string]any{"ids": map[string]any{"values": skip}},
+		}}},
+	}}})
+	return q
 }
 
 // withoutEvents returns those of ids (document ids that are aggregate ids)
@@ -790,56 +807,55 @@ func (r *Reindexer) withoutEvents(ctx context.Context, ids []string) ([]string, 
 	if len(uuids) == 0 {
 		return nil, nil
 	}
-	// With the aggregate types of the alias's projections (only events of
-	// those can write its documents) the aggregate index answers.
-	query, args := `SELECT DISTINCT aggregate_id::text FROM aa_outbox_event WHERE aggregate_id = ANY($1::uuid[])`, []any{uuids}
+	// One index probe per id (the aggregate index, with the aggregate
+	// types of the alias's projections: only events of those can write its
+	// documents).
+	query, args := `SELECT t.i FROM unnest($1::uuid[]) WITH ORDINALITY AS t(id, i)
+WHERE NOT EXISTS (SELECT 1 FROM aa_outbox_event e WHERE e.aggregate_id = t.id)`, []any{uuids}
 	if len(r.aggTypes) > 0 {
-		query, args = `SELECT DISTINCT aggregate_id::text FROM aa_outbox_event WHERE aggregate_type = ANY($2::text[]) AND aggregate_id = ANY($1::uuid[])`, []any{uuids, r.aggTypes}
+		query, args = `SELECT t.i FROM unnest($1::uuid[]) WITH ORDINALITY AS t(id, i)
+WHERE NOT EXISTS (SELECT 1 FROM aa_outbox_event e WHERE e.aggregate_type = ANY($2::text[]) AND e.aggregate_id = t.id)`, []any{uuids, r.aggTypes}
 	}
 	rows, err := r.cfg.Pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reindex: look up events of tombstones: %w", err)
 	}
-	mentioned := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("reindex: look up events of tombstones: %w", err)
-		}
-		mentioned[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	idx, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
 		return nil, fmt.Errorf("reindex: look up events of tombstones: %w", err)
 	}
-	var out []string
-	for _, id := range uuids {
-		if !mentioned[id] {
-			out = append(out, id)
-		}
+	out := make([]string, len(idx))
+	for k, i := range idx {
+		out[k] = uuids[i-1]
 	}
 	return out, nil
 }
 
-// seedServerSide copies the documents of source matching query with the
-// engine's _reindex (no transfer through searchsync) while the versions it
-// copies are read with a scroll of ids and versions only.
+// seedServerSide copies the live documents with the engine's _reindex (no
+// transfer through searchsync), sliced by Concurrency, with the bulk size
+// as batch: every document but the tombstones whose events were all
+// compacted (looked up first). A scroll of ids and versions only runs
+// beside the copy and records the versions it copies.
 //
-// The versions are read from the source, concurrently with the copy. They
-// never exceed what the target ends up holding: a version the scroll sees
-// was either in the copy's snapshot or written live after dual writes
-// began (the source was refreshed after that), which writes the target too.
-func (r *Reindexer) seedServerSide(ctx context.Context, source string, query json.RawMessage) error {
+// The versions are read from the source. They never exceed what the target
+// ends up holding: a version the scroll sees was either in the copy's
+// snapshot or written live after dual writes began (the source was
+// refreshed after that), which writes the target too.
+func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	if t := r.snapshot().SeedTask; t != "" {
 		// The copy of an interrupted run may still be going on.
 		if err := r.raw.cancelTask(ctx, t); err != nil {
 			r.log.Warn("reindex: cancel the seed task of the interrupted run", "task", t, "error", err.Error())
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	skip, err := r.compactedTombstones(ctx, source)
+	if err != nil {
+		return err
+	}
+	query := r.tombstoneQuery(skip)
 	rt := rate{start: time.Now()}
 	var st taskStatus
+	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
 		st, err = r.raw.copyServerSide(gctx, source, r.target, query, r.cfg.BulkSize, r.cfg.Concurrency, func(task string) {
@@ -855,6 +871,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string, query jso
 				}
 			})
 		})
+		r.log.Debug("reindex: server-side copy done", "docs", st.Created+st.Updated, "ms", time.Since(rt.start).Milliseconds())
 		return err
 	})
 	g.Go(func() error {
@@ -877,10 +894,15 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string, query jso
 		clear(r.seeded)
 		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
 	}
-	r.log.Debug("reindex: server-side copy done", "ms", time.Since(rt.start).Milliseconds())
+	for _, id := range skip {
+		// Seen by the scroll only if revived in between (then copied): its
+		// events are replayed rather than skipped.
+		delete(r.seeded, id)
+	}
+	n := st.Created + st.Updated
 	r.w.stale.Add(st.VersionConflicts)
-	r.update(func(p *Progress) { p.DocsSeeded = st.Created + st.Updated; p.SeedDone = true; p.SeedTask = "" })
-	r.log.Info("reindex: seeded from the live index (server-side _reindex)", "docs", st.Created+st.Updated, "conflicts", st.VersionConflicts, "source", source)
+	r.update(func(p *Progress) { p.DocsSeeded = n; p.SeedDone = true; p.SeedTask = "" })
+	r.log.Info("reindex: seeded from the live index (server-side _reindex)", "docs", n, "conflicts", st.VersionConflicts, "tombstones_left_out", len(skip), "source", source)
 	return r.saveProgress(ctx)
 }
 
