@@ -71,6 +71,11 @@ type BulkOp struct {
 	// through an alias; a physical index name must not use it.
 	RequireAlias bool
 	Doc          json.RawMessage // the whole document, for OpIndex
+	// Compact says Doc is one line of valid JSON, as json.Marshal writes
+	// it: the request copies it as it is. Without it Doc is compacted onto
+	// one line, which also checks it (an invalid line would spoil the whole
+	// NDJSON request, not only its item).
+	Compact bool
 }
 
 // BulkResult is the engine's answer for one op.

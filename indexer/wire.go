@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,7 +61,10 @@ func appendOp(buf *bytes.Buffer, op *BulkOp) error {
 		buf.WriteString(`,"require_alias":true`)
 	}
 	buf.WriteString("}}\n")
-	if op.Type == OpIndex {
+	if op.Type == OpIndex && op.Compact {
+		buf.Write(op.Doc)
+		buf.WriteByte('\n')
+	} else if op.Type == OpIndex {
 		// NDJSON: the document must be one line; Compact also validates it.
 		if err := json.Compact(buf, op.Doc); err != nil {
 			buf.Truncate(mark)
@@ -126,12 +130,17 @@ func engineError(op string, status int, body []byte) *EngineError {
 
 // decodeBulk reads every item of a _bulk answer; n is the number of ops sent.
 func decodeBulk(n int, body []byte) ([]BulkResult, error) {
+	type result struct {
+		Status  int        `json:"status"`
+		Version int64      `json:"_version"`
+		Result  string     `json:"result"`
+		Error   *errorBody `json:"error"`
+	}
+	// Each item has one key, its action; named fields instead of a map
+	// per item keep decoding cheap.
 	var resp struct {
-		Items []map[string]struct {
-			Status  int        `json:"status"`
-			Version int64      `json:"_version"`
-			Result  string     `json:"result"`
-			Error   *errorBody `json:"error"`
+		Items []struct {
+			Index, Delete, Create, Update *result
 		} `json:"items"`
 	}
 	if err := json.Unmarshal(body, &resp); err != nil {
@@ -142,11 +151,13 @@ func decodeBulk(n int, body []byte) ([]BulkResult, error) {
 	}
 	out := make([]BulkResult, n)
 	for i, item := range resp.Items {
-		for _, it := range item { // one key: the action
-			out[i] = BulkResult{Status: it.Status, Version: it.Version, Result: it.Result}
-			if it.Error != nil {
-				out[i].ErrType, out[i].ErrReason = it.Error.Type, it.Error.text()
-			}
+		it := cmp.Or(item.Index, item.Delete, item.Create, item.Update)
+		if it == nil {
+			return nil, fmt.Errorf("decode bulk answer: item %d has no index, delete, create or update result", i)
+		}
+		out[i] = BulkResult{Status: it.Status, Version: it.Version, Result: it.Result}
+		if it.Error != nil {
+			out[i].ErrType, out[i].ErrReason = it.Error.Type, it.Error.text()
 		}
 	}
 	return out, nil

@@ -253,19 +253,16 @@ func (l *leases) begin() claimable {
 	return c
 }
 
-// keep marks only c's partitions in flight (the batch before it is acked).
-func (l *leases) keep(c claimable) {
+// keep marks exactly the partitions of cs in flight (batches not acked
+// yet); keep() marks none.
+func (l *leases) keep(cs ...claimable) {
 	l.mu.Lock()
 	clear(l.inflight)
-	for _, p := range c.parts {
-		l.inflight[int(p)] = true
+	for _, c := range cs {
+		for _, p := range c.parts {
+			l.inflight[int(p)] = true
+		}
 	}
-	l.mu.Unlock()
-}
-
-func (l *leases) done() {
-	l.mu.Lock()
-	clear(l.inflight)
 	l.mu.Unlock()
 }
 

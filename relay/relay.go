@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,10 +28,14 @@ type Relay struct {
 
 	wake    chan struct{}
 	running atomic.Bool
-	// next is a batch claimed while inflight was being acked; inflight is
-	// the ack running beside the delivery of next. Worker goroutine only.
+	// next is the claim running beside the delivery of a batch, inflight
+	// the ack running beside it. Worker goroutine only.
 	next     *prefetch
 	inflight *pendingAck
+	cur      *claimable // the batch being delivered
+	// skipBehind counts batches delivered without a claim beside them,
+	// after such a claim found little to do.
+	skipBehind int
 	// nextDue is the earliest available_at this relay gave a retried event
 	// (zero: none pending); the worker wakes for it instead of waiting for the
 	// next poll. Used by the worker goroutine only.
@@ -223,72 +226,107 @@ type claimed struct {
 	part int32
 }
 
-// prefetch is the next batch, claimed while the previous batch's ack was
-// still in flight.
+// prefetch is the next batch, claimed in the background while the current
+// one is delivered.
 type prefetch struct {
-	c       claimable
-	evs     []claimed
-	scanned int
+	c    claimable
+	done chan struct{} // closed when evs, err and took are set
+	evs  []claimed
+	err  error
+	took time.Duration
 }
 
 // pendingAck is a batch's ack running beside the next batch's delivery.
 type pendingAck struct {
+	c    claimable
+	evs  []claimed // the batch: its aggregates are left out of claims until the ack is in
 	bs   BatchStats
 	acks []ackRow
 	end  time.Time // when the ack returned
 	done chan error
 }
 
-// batch claims, delivers and acks one batch. full reports that the claim was
-// full, so the loop goes on without waiting.
+// batch delivers one batch and acks it. full reports that there may be more
+// to do at once, so the loop goes on without waiting.
 //
-// While claims come back full, acks are pipelined: after delivering batch N
-// the relay waits for the ack of N-1 (it ran during N's delivery), starts the
-// ack of N in the background and claims N+1 at once, leaving out N's
-// aggregates (their events stay pending until N's ack commits, and their next
-// events must wait for its outcomes). The claim of N+1 sees the ack of N-1,
-// so whatever N-1 retried or failed blocks its aggregate as usual. Per
-// aggregate nothing changes: its events are delivered in id order, never two
-// batches at once. At most one ack is in flight.
+// While claims come back full, the relay pipelines: while batch N is
+// delivered, the ack of N-1 and the claim of N+1 run beside it; then the ack
+// of N starts and N+1 is delivered. A claim made while batches are still
+// unacked leaves out every aggregate of those batches (their events stay
+// pending until the ack commits, and their next events must wait for its
+// outcomes); for every other aggregate nothing an unacked batch does can
+// change what is deliverable, so such a claim is exactly as correct as one
+// made after the acks. Per aggregate nothing changes: its events are
+// delivered in id order, never in two batches at once. At most one ack and
+// one claim run beside a delivery.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	if !r.nextDue.IsZero() && time.Now().After(r.nextDue) {
 		r.nextDue = time.Time{} // this claim takes what was due
 	}
 	var (
-		c       claimable
-		evs     []claimed
-		scanned int
-		bs      BatchStats
+		c   claimable
+		evs []claimed
+		bs  BatchStats
 	)
-	if p := r.next; p != nil && len(p.evs) > 0 {
+	pipelined := false
+	if p := r.next; p != nil {
 		r.next = nil
-		c, evs, scanned = p.c, p.evs, p.scanned
-	} else {
-		r.next = nil
-		// A claim must see every outcome written so far.
+		<-p.done
+		r.stats.claimNs.Add(int64(p.took))
+		switch {
+		case p.err != nil:
+			r.cfg.Logger.Debug("relay: claim beside the delivery failed; claiming again", "error", p.err)
+		case len(p.evs) < r.cfg.BatchSize/4:
+			// Most of the backlog sits behind the aggregates in flight
+			// (a few hot aggregates): claiming beside the delivery costs
+			// more than it gives, for a while.
+			r.skipBehind = 8
+		}
+		if p.err == nil && len(p.evs) > 0 {
+			c, evs, pipelined = p.c, p.evs, true
+		}
+	}
+	if !pipelined {
+		// A claim without exclusions must see every outcome written so far.
 		if err := r.finishAck(); err != nil {
 			return false, err
 		}
 		c = r.leases.begin()
 		if len(c.parts) == 0 {
-			r.leases.done()
+			r.syncInflight()
 			return false, nil
 		}
 		t0 := time.Now()
 		evs, err = r.claim(ctx, c, nil)
-		scanned = len(evs)
 		bs.Claim = time.Since(t0)
 		if err != nil {
-			r.leases.done()
+			r.syncInflight()
 			return false, fmt.Errorf("relay: claim: %w", err)
 		}
 	}
 	if len(evs) == 0 {
-		r.leases.done()
+		r.syncInflight()
 		return false, nil
 	}
 	bs.Partitions = len(c.parts)
 	bs.Claimed = len(evs)
+	r.cur = &c
+	defer func() { r.cur = nil }()
+	// A claim that left batches out may come back short because of them;
+	// only a full claim can tell that the outbox is drained.
+	full = pipelined || len(evs) >= r.cfg.BatchSize
+
+	if full && ctx.Err() == nil {
+		if r.skipBehind > 0 {
+			r.skipBehind--
+		} else if next := r.leases.begin(); len(next.parts) > 0 {
+			x := excluding(evs)
+			if r.inflight != nil {
+				x = excluding(evs, r.inflight.evs)
+			}
+			r.next = r.startClaim(ctx, next, x)
+		}
+	}
 
 	// Deliver even if ctx is cancelled now: the batch in flight finishes
 	// within the grace period, then is abandoned.
@@ -300,26 +338,15 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 
 	// The previous batch's ack ran during this delivery.
 	prevErr := r.finishAck()
-	full = scanned >= r.cfg.BatchSize
-	if full && prevErr == nil && ctx.Err() == nil && len(acks) > 0 {
-		if next := r.leases.begin(); len(next.parts) > 0 {
-			r.startAck(ctx, c, acks, bs)
-			t2 := time.Now()
-			nevs, err := r.claim(ctx, next, evs)
-			if err != nil {
-				// The next call claims again once the ack is in.
-				r.cfg.Logger.Debug("relay: claim beside the ack failed; claiming after it", "error", err)
-				return true, nil
-			}
-			r.stats.claimNs.Add(int64(time.Since(t2)))
-			r.next = &prefetch{c: next, evs: nevs, scanned: len(nevs)}
-			return true, nil
-		}
+	if r.next != nil && prevErr == nil && len(acks) > 0 {
+		r.startAck(ctx, c, evs, acks, bs)
+		return true, nil
 	}
 	t2 := time.Now()
 	err = r.ack(ctx, c, acks, &bs)
-	r.leases.done()
 	bs.Ack = time.Since(t2)
+	r.cur = nil
+	r.syncInflight()
 	r.batchDone(bs, acks, time.Now())
 	if err != nil {
 		return false, err
@@ -327,10 +354,22 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	return full, prevErr
 }
 
+// startClaim claims the next batch in the background, leaving out x.
+func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *prefetch {
+	p := &prefetch{c: c, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.Now()
+		p.evs, p.err = r.claim(ctx, c, x)
+		p.took = time.Since(t)
+	}()
+	return p
+}
+
 // startAck writes the outcomes of a batch in the background; finishAck
 // waits for them.
-func (r *Relay) startAck(ctx context.Context, c claimable, acks []ackRow, bs BatchStats) {
-	a := &pendingAck{bs: bs, acks: acks, done: make(chan error, 1)}
+func (r *Relay) startAck(ctx context.Context, c claimable, evs []claimed, acks []ackRow, bs BatchStats) {
+	a := &pendingAck{c: c, evs: evs, bs: bs, acks: acks, done: make(chan error, 1)}
 	r.inflight = a
 	go func() {
 		t := time.Now()
@@ -341,8 +380,7 @@ func (r *Relay) startAck(ctx context.Context, c claimable, acks []ackRow, bs Bat
 	}()
 }
 
-// finishAck waits for the ack in flight, if any, records its batch and
-// leaves only the prefetched batch's partitions in flight.
+// finishAck waits for the ack in flight, if any, and records its batch.
 func (r *Relay) finishAck() error {
 	a := r.inflight
 	if a == nil {
@@ -350,13 +388,26 @@ func (r *Relay) finishAck() error {
 	}
 	r.inflight = nil
 	err := <-a.done
-	if r.next != nil {
-		r.leases.keep(r.next.c)
-	} else {
-		r.leases.done()
-	}
 	r.batchDone(a.bs, a.acks, a.end)
+	r.syncInflight()
 	return err
+}
+
+// syncInflight marks in flight exactly the partitions of the batches not
+// acked yet (the one being acked, the one delivered, the one claimed next), so that
+// the heartbeat hands none of them back before its outcomes are written.
+func (r *Relay) syncInflight() {
+	var cs []claimable
+	if r.inflight != nil {
+		cs = append(cs, r.inflight.c)
+	}
+	if r.next != nil {
+		cs = append(cs, r.next.c)
+	}
+	if r.cur != nil {
+		cs = append(cs, *r.cur)
+	}
+	r.leases.keep(cs...)
 }
 
 // batchDone records a batch whose ack returned at end: its figures, and
@@ -392,46 +443,57 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 	for rows.Next() {
 		var ce claimed
 		e := &ce.ev
+		// The payload as bytes: scanned into a json.RawMessage pgx would
+		// run it through json.Unmarshal (a validation the database did).
+		var payload []byte
 		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
-			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &e.Payload, &e.Attempts, &e.LastError,
+			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &payload, &e.Attempts, &e.LastError,
 			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
 			return nil, err
 		}
+		e.Payload = payload
 		e.Status = outbox.StatusPending
 		out = append(out, ce)
 	}
 	return out, rows.Err()
 }
 
+// exclusion is what a claim leaves out: the aggregates (by id) and the
+// aggregate-less events of batches not acked yet.
+type exclusion struct {
+	aggs [][16]byte // not uuid.UUID: pgx encodes that through its driver.Valuer, as text
+	ids  []int64
+}
+
+func excluding(batches ...[]claimed) *exclusion {
+	x := &exclusion{ids: []int64{}}
+	for _, evs := range batches {
+		for i := range evs {
+			if e := &evs[i].ev; e.AggregateID == nil {
+				x.ids = append(x.ids, e.ID)
+			} else {
+				x.aggs = append(x.aggs, *e.AggregateID)
+			}
+		}
+	}
+	return x
+}
+
 // claim reads the next deliverable events of the claimable partitions, in id
-// order (see claimSQL), leaving out the aggregates of behind, the batch whose
-// ack is in flight.
-func (r *Relay) claim(ctx context.Context, c claimable, behind []claimed) ([]claimed, error) {
+// order (see claimSQL), leaving out x (nil: nothing).
+func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) ([]claimed, error) {
 	r.stats.claims.Add(1)
 	q, args := r.q.claimAll, []any{}
 	if !c.all {
 		q, args = r.q.claimOwned, []any{c.parts}
 	}
-	if behind != nil {
+	if x != nil {
 		if c.all {
 			q = r.q.claimAllBehind
 		} else {
 			q = r.q.claimOwnedBehind
 		}
-		var types []string
-		var aggs []uuid.UUID
-		var ids []int64
-		seen := map[string]bool{}
-		for i := range behind {
-			e := &behind[i].ev
-			if e.AggregateID == nil {
-				ids = append(ids, e.ID)
-			} else if k := e.AggregateKey(); !seen[k] {
-				seen[k] = true
-				types, aggs = append(types, e.AggregateType), append(aggs, *e.AggregateID)
-			}
-		}
-		args = append(args, types, aggs, ids)
+		args = append(args, x.aggs, x.ids)
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()

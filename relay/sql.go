@@ -31,7 +31,15 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 // blockers through the small failed index and the tail of the spec's pending
 // index, so they cost what is blocked. Filtering them before the LIMIT keeps a
 // blocked aggregate with a long tail from starving the others.
-const claimSQL = `
+const claimSQL = blockerCTE + `
+SELECT ` + eventColumns + `
+FROM {s}.aa_outbox_event e
+WHERE e.status = 'pending' AND e.available_at <= now()
+  {partition_filter}` + notBlocked + `
+ORDER BY e.id
+LIMIT {batch}`
+
+const blockerCTE = `
 WITH blocker AS (
 	SELECT aggregate_type, aggregate_id, min(id) AS first_id
 	FROM (SELECT aggregate_type, aggregate_id, id FROM {s}.aa_outbox_event
@@ -44,25 +52,38 @@ WITH blocker AS (
 	        -- whole (PostgreSQL drops status = 'pending' as redundant).
 	        AND status >= (SELECT 'pending'::{s}.outbox_status)) b
 	GROUP BY aggregate_type, aggregate_id
-)
-SELECT ` + eventColumns + `
-FROM {s}.aa_outbox_event e
-WHERE e.status = 'pending' AND e.available_at <= now()
-  {partition_filter}{behind_filter}
+)`
+
+const notBlocked = `
   AND NOT EXISTS (SELECT 1 FROM blocker b
                   WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
-                    AND b.first_id < e.id)
+                    AND b.first_id < e.id)`
+
+// claimBehindSQL is the claim made while batches are still unacked (being
+// delivered, or their ack in flight). It leaves them out: every event of
+// their aggregates (aggregate ids {p1}) and their events without an
+// aggregate (ids {p2}); they stay pending until the ack commits, and an
+// aggregate's next events must wait for its outcomes. Matching the aggregate id alone may hold back an
+// aggregate of another type with the same id for one batch, which costs
+// nothing; PostgreSQL hashes a <> ALL over a constant uuid array, where an
+// anti-join on an unnest of pairs is planned as a nested loop.
+//
+// It looks at the first {window} pending events only: when a few aggregates
+// hold most of the backlog, every candidate may sit behind the batches in
+// flight, and an unbounded claim would read the whole backlog to return
+// nothing. A short claim is not taken for an empty outbox: the next claim,
+// after the ack, is a full one.
+const claimBehindSQL = blockerCTE + `
+SELECT ` + eventColumns + `
+FROM (SELECT * FROM {s}.aa_outbox_event e
+      WHERE e.status = 'pending' AND e.available_at <= now()
+        {partition_filter}
+      ORDER BY e.id
+      LIMIT {window}) e
+WHERE (e.aggregate_id IS NULL OR e.aggregate_id <> ALL({p1}::uuid[]))
+  AND e.id <> ALL({p2}::bigint[])` + notBlocked + `
 ORDER BY e.id
 LIMIT {batch}`
-
-// behindFilter leaves out the aggregates of the batch whose ack is still in
-// flight (types {p1}, ids {p2}) and its events without an aggregate (ids
-// {p3}): they stay pending until that ack commits, and an aggregate's next
-// events must wait for its outcome.
-const behindFilter = `
-  AND NOT EXISTS (SELECT 1 FROM unnest({p1}::text[], {p2}::uuid[]) AS f(aggregate_type, aggregate_id)
-                  WHERE f.aggregate_type = e.aggregate_type AND f.aggregate_id = e.aggregate_id)
-  AND e.id <> ALL({p3}::bigint[])`
 
 // eventColumns is what a claim reads of an event, its partition first.
 const eventColumns = partitionExpr + ` AS part,
@@ -146,19 +167,19 @@ type queries struct {
 // the claim worse than the custom ones and plans it anew on every call.
 func newQueries(schema string, partitions, batch int) queries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(),
-		"{partitions}", strconv.Itoa(partitions), "{batch}", strconv.Itoa(batch))
+		"{partitions}", strconv.Itoa(partitions), "{batch}", strconv.Itoa(batch), "{window}", strconv.Itoa(4*batch))
 	claim := func(owned, behind bool) string {
-		q, first := claimSQL, 1
+		q, first, filter := claimSQL, 1, ""
+		if behind {
+			q = claimBehindSQL
+		}
 		if owned {
-			q = strings.Replace(q, "{partition_filter}", "AND "+partitionExpr+" = ANY($1::int[])", 1)
+			filter = "AND " + partitionExpr + " = ANY($1::int[])"
 			first = 2
 		}
-		q = strings.Replace(q, "{partition_filter}", "", 1)
-		if behind {
-			q = strings.Replace(q, "{behind_filter}", strings.NewReplacer("{p1}", "$"+strconv.Itoa(first),
-				"{p2}", "$"+strconv.Itoa(first+1), "{p3}", "$"+strconv.Itoa(first+2)).Replace(behindFilter), 1)
-		}
-		return r.Replace(strings.Replace(q, "{behind_filter}", "", 1))
+		q = strings.NewReplacer("{partition_filter}", filter,
+			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1)).Replace(q)
+		return r.Replace(q)
 	}
 	return queries{
 		claimAll:            claim(false, false),

@@ -466,7 +466,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 			// Values come from decoded JSON; this cannot happen.
 			panic(fmt.Sprintf("indexer: document %s/%s does not encode: %v", t.alias, t.id, err))
 		}
-		op.Doc = doc
+		op.Doc, op.Compact = doc, true
 	}
 	return op, contributed
 }
