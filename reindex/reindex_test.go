@@ -6,9 +6,14 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
@@ -259,5 +264,76 @@ func TestCheckFailureLeavesAliasAlone(t *testing.T) {
 	st, _, res := b.jobState(b.alias)
 	if st != "failed" || res == nil || res.Verify == nil || res.Verify.OK {
 		t.Fatalf("job %s, result %+v", st, res)
+	}
+}
+
+// The seed leaves out the tombstones whose events were all compacted, but
+// only while they are tombstones: one revived between the look-up and the
+// copy is copied; a tombstone with a retained event is copied.
+func TestSeedLeavesOutCompactedTombstones(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	def := b.def(nil)
+	src, dst := mapping.PhysicalName(b.alias, 1), mapping.PhysicalName(b.alias, 2)
+	for _, ix := range []string{src, dst} {
+		if err := mapping.CreatePhysical(b.ctx, b.eng, def, ix, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := b.gen.Create() // a retained event of the aggregate of "kept"
+	if err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error { _, err := b.writer.Write(b.ctx, tx, ev); return err }); err != nil {
+		t.Fatal(err)
+	}
+	live, gone, kept, revived := uuid.NewString(), uuid.NewString(), ev.AggregateID.String(), uuid.NewString()
+	doc := func(deleted bool) json.RawMessage {
+		return json.RawMessage(`{"code":"c","tenant_key":"t","deleted":` + strconv.FormatBool(deleted) + `}`)
+	}
+	write := func(id string, version int64, deleted bool) {
+		t.Helper()
+		res, err := b.eng.Bulk(b.ctx, []indexer.BulkOp{{Type: indexer.OpIndex, Index: src, ID: id, Version: version, Doc: doc(deleted)}})
+		if err != nil || res[0].Status >= 300 {
+			t.Fatalf("write %s: %v %+v", id, err, res)
+		}
+	}
+	write(live, 3, false)
+	write(gone, 5, true)
+	write(kept, 7, true)
+	write(revived, 8, true)
+	if err := b.eng.Refresh(b.ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(b.config(def))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.target = dst
+	skip, err := r.compactedTombstones(b.ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(skip)
+	want := []string{gone, revived}
+	slices.Sort(want)
+	if !slices.Equal(skip, want) {
+		t.Fatalf("tombstones without events: %v, want %v", skip, want)
+	}
+	write(revived, 9, false) // a live write in between
+	if err := b.eng.Refresh(b.ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.raw.copyServerSide(b.ctx, src, dst, r.tombstoneQuery(skip), 100, 2, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.eng.MGet(b.ctx, dst, []string{live, gone, kept, revived})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, v := range map[string]int64{live: 3, kept: 7, revived: 9} {
+		if got[id].Version != v {
+			t.Errorf("%s: version %d in the target, want %d", id, got[id].Version, v)
+		}
+	}
+	if _, ok := got[gone]; ok {
+		t.Errorf("the tombstone without events %s was copied", gone)
 	}
 }
