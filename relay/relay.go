@@ -466,7 +466,8 @@ type exclusion struct {
 }
 
 func excluding(batches ...[]claimed) *exclusion {
-	x := &exclusion{ids: []int64{}}
+	// Empty, not nil: a NULL array would make <> ALL unknown for every row.
+	x := &exclusion{aggs: [][16]byte{}, ids: []int64{}}
 	for _, evs := range batches {
 		for i := range evs {
 			if e := &evs[i].ev; e.AggregateID == nil {
