@@ -13,14 +13,19 @@
 //     TargetsTTL). The reindex waits 2×TargetsTTL so that every consumer has
 //     seen it: every event delivered before is committed, hence visible to
 //     the replay; every event delivered after reaches both indexes.
-//  3. Seed: the live index is refreshed, then every document of it
-//     (tombstones included) is copied with its version as external version,
-//     by the engine's _reindex API (Config.ClientSeed or Reproject: scroll
-//     and bulk through searchsync). This restores the history that
-//     compaction already removed from the outbox. The target is filled with
-//     refresh_interval -1; the definition's value is restored before the
-//     check. The versions the target then holds are read back (ids only):
-//     events not newer are skipped without being projected.
+//  3. Seed: the live index is refreshed, then its documents are copied
+//     with their versions as external versions, by the engine's _reindex
+//     API (Config.ClientSeed or Reproject: scroll and bulk through
+//     searchsync). This restores the history that compaction already
+//     removed from the outbox. Tombstones are copied too, except those of
+//     documents no retained event mentions any more (looked up first, left
+//     out while they are still tombstones). The target is filled with
+//     refresh_interval -1; the definition's value is restored (and the
+//     target refreshed) right after the replay. A scroll of ids and
+//     versions of the live index runs beside the copy: events not newer
+//     are skipped (without reading their payloads when every projection of
+//     the alias uses the aggregate id as document id and a plain version
+//     path; the event heads are read during the copy).
 //  4. Replay: the retained events (dispatched, and pending ones no failed
 //     event blocks) in id order, through upcasters and projections, coalesced
 //     per document within a chunk, written with external versions. A write
@@ -53,11 +58,11 @@
 // existed, or it was lost from the live index).
 //
 // Tombstones (soft deletes) are seeded like every document (they are the
-// base later events merge onto and they keep rejecting stale writes). After
-// the replay, seeded tombstones of documents that no retained event mentions
-// any more are deleted from the new index (when document ids are aggregate
-// ids): every event of such an aggregate was compacted, so no stale write of
-// it can arrive. So a reindex is also how tombstones leave the index.
+// base later events merge onto and they keep rejecting stale writes),
+// except those of documents that no retained event mentions any more (when
+// document ids are aggregate ids): every event of such an aggregate was
+// compacted, so no stale write of it can arrive. So a reindex is also how
+// tombstones leave the index.
 //
 // A projection change is applied to replayed events; seeded documents are
 // copied as they are unless Config.Reproject rewrites them.

@@ -465,7 +465,9 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 			r.update(func(p *Progress) { p.DropTombstones = true })
 		}
 	}
-	r.startPrefetch(ctx)
+	if !seeding {
+		r.startPrefetch(ctx)
+	}
 	if seeding {
 		if err := r.seed(ctx, job.Params.Source); err != nil {
 			return nil, err
@@ -681,6 +683,7 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	if err != nil {
 		return err
 	}
+	r.startPrefetch(ctx)
 	query := r.tombstoneQuery(skip) // all documents but skip
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Concurrency)
@@ -764,8 +767,10 @@ func (r *Reindexer) compactedTombstones(ctx context.Context, source string) ([]s
 		for _, h := range hits {
 			ids = append(ids, h.ID)
 		}
+		ts := time.Now()
 		gone, err := r.withoutEvents(ctx, ids)
 		skip = append(skip, gone...)
+		r.log.Debug("reindex: tombstones of a page looked up in the outbox", "ids", len(ids), "ms", time.Since(ts).Milliseconds())
 		return err
 	})
 	if err != nil {
@@ -852,6 +857,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	if err != nil {
 		return err
 	}
+	r.startPrefetch(ctx)
 	query := r.tombstoneQuery(skip)
 	rt := rate{start: time.Now()}
 	var st taskStatus
@@ -1014,7 +1020,8 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (
 }
 
 // startPrefetch starts reading the first replay pass (from the recorded
-// cursor to the current watermark) while the seed runs.
+// cursor to the current watermark) while the seed copies (it starts after
+// the seed's tombstone look-up, whose outbox queries it would slow down).
 func (r *Reindexer) startPrefetch(ctx context.Context) {
 	var wm int64
 	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
