@@ -204,7 +204,7 @@ func invalid(op *BulkOp) string {
 		return fmt.Sprintf("bulk op %s %q/%q: index and id are required", op.Type, op.Index, op.ID)
 	case op.Version < 0:
 		return fmt.Sprintf("bulk op %s %s/%s: negative version %d", op.Type, op.Index, op.ID, op.Version)
-	case op.Type == OpIndex && !json.Valid(op.Doc):
+	case op.Type == OpIndex && !op.Compact && !json.Valid(op.Doc):
 		return fmt.Sprintf("bulk op index %s/%s: document is not valid JSON", op.Index, op.ID)
 	}
 	return ""

@@ -426,9 +426,15 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 		maxVersion = r.Version
 		switch r.Op {
 		case projections.OpIndex:
-			if r.Partial {
+			switch {
+			case r.Partial:
 				state = projections.DeepMerge(state, r.Doc)
-			} else {
+			case i == len(steps)-1:
+				// The last step: nothing merges onto it, so the result's
+				// own map serves (setting the tombstone field below on it
+				// again, if the fold is repeated, changes nothing).
+				state = r.Doc
+			default:
 				state = projections.Clone(r.Doc)
 			}
 			deleted = false

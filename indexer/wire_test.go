@@ -1,0 +1,71 @@
+package indexer
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestAppendOpCopiesCompactDocsAndCompactsOthers(t *testing.T) {
+	var buf bytes.Buffer
+	ops := []BulkOp{
+		{Type: OpIndex, Index: "i", ID: "1", Version: 3, Doc: []byte(`{"a":1}`), Compact: true},
+		{Type: OpIndex, Index: "i", ID: "2", Version: 4, Doc: []byte("{\n  \"b\": [1, 2]\n}")},
+		{Type: OpDelete, Index: "i", ID: "3", Version: 5},
+	}
+	if err := encodeBulk(&buf, ops); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"index":{"_index":"i","_id":"1","version":3,"version_type":"external"}}
+{"a":1}
+{"index":{"_index":"i","_id":"2","version":4,"version_type":"external"}}
+{"b":[1,2]}
+{"delete":{"_index":"i","_id":"3","version":5,"version_type":"external"}}
+`
+	if got := buf.String(); got != want {
+		t.Errorf("NDJSON:\n%s\nwant:\n%s", got, want)
+	}
+
+	// A document not marked compact is checked; the buffer stays as it was.
+	before := buf.Len()
+	err := appendOp(&buf, &BulkOp{Type: OpIndex, Index: "i", ID: "4", Doc: []byte(`{"a":`)})
+	if err == nil || !strings.Contains(err.Error(), "i/4: document is not valid JSON") {
+		t.Errorf("invalid document: %v", err)
+	}
+	if buf.Len() != before {
+		t.Error("a rejected op left bytes in the request")
+	}
+}
+
+func TestDecodeBulkReadsEveryItem(t *testing.T) {
+	body := []byte(`{"took":3,"errors":true,"items":[
+	 {"index":{"_index":"i","_id":"1","_version":3,"result":"created","status":201}},
+	 {"delete":{"_index":"i","_id":"2","_version":7,"result":"deleted","status":200}},
+	 {"index":{"_index":"i","_id":"3","status":409,"error":{"type":"version_conflict_engine_exception","reason":"[3]: version conflict"}}},
+	 {"create":{"_index":"i","_id":"4","status":429,"error":{"type":"es_rejected_execution_exception","reason":"rejected"}}}]}`)
+	res, err := decodeBulk(4, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []BulkResult{
+		{Status: 201, Version: 3, Result: "created"},
+		{Status: 200, Version: 7, Result: "deleted"},
+		{Status: 409, ErrType: "version_conflict_engine_exception"},
+		{Status: 429, ErrType: "es_rejected_execution_exception"},
+	}
+	for i, w := range want {
+		g := res[i]
+		if g.Status != w.Status || g.Version != w.Version || g.Result != w.Result || g.ErrType != w.ErrType {
+			t.Errorf("item %d: %+v, want %+v", i, g, w)
+		}
+		if w.ErrType != "" && g.ErrReason == "" {
+			t.Errorf("item %d: no reason", i)
+		}
+	}
+	if _, err := decodeBulk(5, body); err == nil || !strings.Contains(err.Error(), "4 items for 5 ops") {
+		t.Errorf("count mismatch: %v", err)
+	}
+	if _, err := decodeBulk(1, []byte(`{"items":[{"upsert":{"status":200}}]}`)); err == nil || !strings.Contains(err.Error(), "item 0") {
+		t.Errorf("unknown action: %v", err)
+	}
+}
