@@ -43,14 +43,20 @@
 //
 // # Pipelining
 //
-// While claims come back full, a batch's ack runs beside the next batch's
-// delivery: after delivering batch N the relay waits for the ack of N-1,
-// starts the ack of N and claims N+1 at once, leaving out N's aggregates
-// (their events stay pending until N's ack commits, and their next events
-// wait for its outcomes). The claim of N+1 sees the ack of N-1, so a retry or
-// failure in N-1 blocks its aggregate as usual. Per aggregate nothing
-// changes: events in id order, never in two batches at once. The database's
-// work for a batch then overlaps the consumers' work for the next.
+// While claims come back full, the database's work hides behind the
+// consumers': while batch N is delivered, the ack of N-1 and the claim of
+// N+1 run beside it, then the ack of N starts and N+1 is delivered. A claim
+// made while batches are unacked leaves out every aggregate of those batches
+// (by aggregate id; their events stay pending until the ack commits, and
+// their next events must wait for its outcomes) and looks at the first
+// 4 × batch_size pending events only, so that a backlog held by a few hot
+// aggregates is not read whole to find nothing; for every other aggregate no
+// unacked outcome can change what is deliverable, so such a claim is as
+// correct as one made after the acks. Per aggregate nothing changes: events
+// in id order, never in two batches at once. A short claim beside a
+// delivery is not taken for a drained outbox (the next claim is a full one),
+// and after one that found little the relay claims after the acks for a few
+// batches.
 //
 // # Outcomes
 //

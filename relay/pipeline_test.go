@@ -123,7 +123,7 @@ func TestPipelinedBatchesKeepTheOrderThroughRetries(t *testing.T) {
 	cfg.Backoff = config.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Multiplier: 2}
 	cfg.Routes = []relay.Route{{Consumer: c}}
 	cfg.OnBatch = func(bs relay.BatchStats) {
-		if bs.Claim == 0 {
+		if bs.Pipelined {
 			pipelined.Add(1)
 		}
 	}

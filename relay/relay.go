@@ -272,7 +272,6 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	if p := r.next; p != nil {
 		r.next = nil
 		<-p.done
-		r.stats.claimNs.Add(int64(p.took))
 		switch {
 		case p.err != nil:
 			r.cfg.Logger.Debug("relay: claim beside the delivery failed; claiming again", "error", p.err)
@@ -284,6 +283,9 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		if p.err == nil && len(p.evs) > 0 {
 			c, evs, pipelined = p.c, p.evs, true
+			bs.Claim, bs.Pipelined = p.took, true
+		} else {
+			r.stats.claimNs.Add(int64(p.took))
 		}
 	}
 	if !pipelined {

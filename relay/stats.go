@@ -17,10 +17,13 @@ type BatchStats struct {
 	Untouched  int // behind a non-delivered event of its aggregate, or not attempted
 	Fenced     int // outcomes not written because the partition lease was lost
 
-	// Time spent in each step. While claims come back full, a batch's ack
-	// runs beside the next batch's delivery (Ack is its own duration, not
-	// time the relay waited) and the next claim is made beside it (the next
-	// batch's Claim is zero; Stats.ClaimTime counts it).
+	// Pipelined says the batch was claimed while the previous one was
+	// delivered (see the package doc).
+	Pipelined bool
+
+	// Time spent in each step. When pipelined, the claim ran beside the
+	// previous batch's delivery and the ack beside the next one's: Claim and
+	// Ack are their own durations, not time the relay waited for them.
 	Claim, Deliver, Ack time.Duration
 }
 
