@@ -239,6 +239,28 @@ func (r *raw) putSettings(ctx context.Context, index string, settings map[string
 	return nil
 }
 
+// health returns the health of index (green, yellow or red). With
+// waitFor set it first waits up to timeout for that status; timedOut says
+// that it did not come.
+func (r *raw) health(ctx context.Context, index, waitFor string, timeout time.Duration) (status string, timedOut bool, err error) {
+	path := "/_cluster/health/" + index
+	if waitFor != "" {
+		path += "?wait_for_status=" + waitFor + "&timeout=" + strconv.Itoa(int(timeout.Milliseconds())) + "ms"
+	}
+	var h struct {
+		Status   string `json:"status"`
+		TimedOut bool   `json:"timed_out"`
+	}
+	err = r.do(ctx, http.MethodGet, path, nil, &h)
+	if ee, ok := indexer.AsEngineError(err); ok && ee.Status == http.StatusRequestTimeout {
+		return "", true, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("health of %s: %w", index, err)
+	}
+	return h.Status, h.TimedOut, nil
+}
+
 // taskStatus is the part of a _reindex task's status searchsync reads.
 type taskStatus struct {
 	Total            int64 `json:"total"`

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,10 +431,11 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 		return r.finish(ctx, start, nil)
 	}
 
-	// Nobody searches the target before the swap: no periodic refresh while
-	// it fills (the check and the swap refresh it explicitly; reads of the
-	// replay are real-time gets).
-	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": "-1"}); err != nil {
+	// Nobody searches the target before the swap: no periodic refresh and
+	// no replicas while it fills (the reads of the replay are real-time
+	// gets; replicas are built once from the finished index). The
+	// definition's values come back right after the replay.
+	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": "-1", "number_of_replicas": 0}); err != nil {
 		return nil, err
 	}
 
@@ -487,12 +489,10 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	}
 	t2 := time.Now()
 
-	// The definition's refresh interval back, and every write searchable.
-	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": refreshInterval(r.cfg.Def)}); err != nil {
+	// The definition's settings back, every write searchable, replicas as
+	// available as the live index's.
+	if err := r.restoreSettings(ctx, job.Params.Source); err != nil {
 		return nil, err
-	}
-	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
-		return nil, fmt.Errorf("reindex: refresh %s: %w", r.target, err)
 	}
 	t3 := time.Now()
 	r.timings = Timings{Wait: t0.Sub(tw).Seconds(), Seed: t1.Sub(t0).Seconds(), Replay: t2.Sub(t1).Seconds(), Refresh: t3.Sub(t2).Seconds()}
@@ -1347,17 +1347,98 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 	return nil
 }
 
-// refreshInterval is the definition's index.refresh_interval, nil (the
-// engine's default) when it sets none.
-func refreshInterval(def *mapping.Def) any {
-	if v, ok := def.Settings["refresh_interval"]; ok {
+// restoreSettings puts the definition's refresh interval and number of
+// replicas back on the target (the engine's defaults where it sets none),
+// refreshes it and waits until its health is as good as the live index's
+// (green when that is green: every replica allocated). Settings of the
+// target that still differ from the definition are logged.
+func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
+	err := r.raw.putSettings(ctx, r.target, map[string]any{
+		"refresh_interval":   defSetting(r.cfg.Def, "refresh_interval"),
+		"number_of_replicas": defSetting(r.cfg.Def, "number_of_replicas"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
+		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+	}
+	// Green when the live index is green with at least as many replicas
+	// (the cluster can place them), else yellow (every primary). At most
+	// replicaWait, then the reindex goes on with what there is, as it did
+	// when replicas were built while filling.
+	want := "yellow"
+	if status, _, err := r.raw.health(ctx, source, "", 0); err != nil {
+		return fmt.Errorf("reindex: %w", err)
+	} else if status == "green" {
+		if info, err := r.cfg.Engine.GetIndex(ctx, source); err == nil && info != nil && replicasOf(info.Settings) >= replicasWanted(r.cfg.Def) {
+			want = "green"
+		}
+	}
+	for waited := time.Duration(0); ; {
+		step := min(30*time.Second, replicaWait-waited)
+		_, timedOut, err := r.raw.health(ctx, r.target, want, step)
+		if err != nil {
+			return fmt.Errorf("reindex: %w", err)
+		}
+		if !timedOut {
+			break
+		}
+		if waited += step; waited >= replicaWait {
+			r.log.Warn("reindex: the new index is not "+want+"; going on", "index", r.target, "waited", waited.String())
+			break
+		}
+		r.log.Warn("reindex: waiting for the replicas of the new index", "index", r.target, "status_wanted", want, "waited", waited.String())
+	}
+	if info, err := r.cfg.Engine.GetIndex(ctx, r.target); err == nil && info != nil {
+		if diff := settingChanges(info.Settings, r.cfg.Def); len(diff) > 0 {
+			r.log.Warn("reindex: settings of the new index differ from the definition", "index", r.target, "settings", strings.Join(diff, ","))
+		}
+	}
+	return nil
+}
+
+// replicaWait bounds the wait for the new index's replicas.
+var replicaWait = 10 * time.Minute
+
+// replicasOf reads index.number_of_replicas from an index's settings.
+func replicasOf(settings json.RawMessage) int {
+	var s struct {
+		Index struct {
+			Replicas string `json:"number_of_replicas"`
+		} `json:"index"`
+	}
+	_ = json.Unmarshal(settings, &s)
+	n, _ := strconv.Atoi(s.Index.Replicas)
+	return n
+}
+
+// replicasWanted is the definition's number of replicas (the engine's
+// default, 1, when it sets none).
+func replicasWanted(def *mapping.Def) int {
+	v := defSetting(def, "number_of_replicas")
+	if v == nil {
+		return 1
+	}
+	n, err := strconv.Atoi(fmt.Sprint(v))
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// defSetting is the definition's index setting name (flat, "index."
+// prefixed or nested under "index"); nil (the engine's default) when it
+// sets none.
+func defSetting(def *mapping.Def, name string) any {
+	if v, ok := def.Settings[name]; ok {
 		return v
 	}
-	if v, ok := def.Settings["index.refresh_interval"]; ok {
+	if v, ok := def.Settings["index."+name]; ok {
 		return v
 	}
 	if ix, ok := def.Settings["index"].(map[string]any); ok {
-		if v, ok := ix["refresh_interval"]; ok {
+		if v, ok := ix[name]; ok {
 			return v
 		}
 	}

@@ -337,3 +337,48 @@ func TestSeedLeavesOutCompactedTombstones(t *testing.T) {
 		t.Errorf("the tombstone without events %s was copied", gone)
 	}
 }
+
+// The target fills without replicas and refreshes; the definition's
+// settings are back before the check, and the hash in _meta is the
+// definition's.
+func TestReindexRestoresSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	withReplica := func(change func(map[string]any)) *mapping.Def {
+		d := b.def(change)
+		d.Settings["number_of_replicas"] = 1 // yellow on this single node
+		return d
+	}
+	b.write(300)
+	b.dispatchAll()
+	b.buildLive(withReplica(nil))
+	def := withReplica(emailAsText)
+	cfg := b.config(def)
+	var during json.RawMessage
+	cfg.beforeVerify = func(target string) {
+		if info, err := b.eng.GetIndex(b.ctx, target); err == nil && info != nil {
+			during = info.Settings
+		}
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.eng.GetIndex(b.ctx, res.NewIndex)
+	if err != nil || info == nil {
+		t.Fatalf("new index: %v", err)
+	}
+	for name, s := range map[string]json.RawMessage{"before the check": during, "after the swap": info.Settings} {
+		if diff := settingChanges(s, def); len(diff) > 0 || replicasOf(s) != 1 {
+			t.Errorf("settings %s differ from the definition in %v: %s", name, diff, s)
+		}
+	}
+	if h := mapping.LiveHash(info.Mappings); h != def.Hash() {
+		t.Errorf("hash in _meta %s, the definition's %s", h, def.Hash())
+	}
+	b.checkTruth(b.alias)
+}
