@@ -20,8 +20,9 @@
 //     removed from the outbox. Tombstones are copied too, except those of
 //     documents no retained event mentions any more (looked up first, left
 //     out while they are still tombstones). The target is filled with
-//     refresh_interval -1; the definition's value is restored (and the
-//     target refreshed) right after the replay. A scroll of ids and
+//     refresh_interval -1 and no replicas; the definition's values are
+//     restored right after the replay (then the target is refreshed and
+//     its replicas awaited). A scroll of ids and
 //     versions of the live index runs beside the copy: events not newer
 //     are skipped (without reading their payloads when every projection of
 //     the alias uses the aggregate id as document id and a plain version
