@@ -28,8 +28,10 @@ var (
 // step that puts documents into the new index and makes them searchable —
 // the refresh of the live index, the tombstone look-up, the server-side
 // copy and the version scroll beside it, the replay of the outbox (whose
-// read-ahead runs during the copy) and the final restore of the refresh
-// interval plus refresh. Left out, and printed apart with the whole run:
+// read-ahead runs during the copy) and the restore of the definition's
+// refresh interval and replicas with the refresh and health wait that
+// follow (the raw side's time ends with a refresh too). Left out, and
+// printed apart with the whole run:
 // the fixed 2×TargetsTTL wait until every consumer dual-writes (it does not
 // grow with the documents), the completeness check and the alias swap.
 //
