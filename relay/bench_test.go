@@ -104,7 +104,7 @@ func relayBatch(b *testing.B, r *Relay) int {
 	if _, err := r.batch(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	if err := r.finishAck(); err != nil {
+	if err := r.settle(context.Background(), -1); err != nil {
 		b.Fatal(err)
 	}
 	if r.next != nil {

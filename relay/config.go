@@ -24,6 +24,12 @@ type Config struct {
 	Partitions int
 	// BatchSize is the most events claimed at once. Default 500.
 	BatchSize int
+	// InFlight is the most batches delivered at once while claims come back
+	// full (see the package doc); batches in flight never share an
+	// aggregate, and consumers must take concurrent Deliver calls. 1 delivers
+	// one batch at a time (its claim and ack still run beside the
+	// neighbouring deliveries). Default 2.
+	InFlight int
 	// PollInterval is the fallback wake-up when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration
 	// LeaseTTL is how long a lease lives without renewal; leases are renewed
@@ -66,6 +72,7 @@ func FromConfig(c *config.Config, consumers map[string]sink.Consumer, logger *sl
 		Schema:       c.Database.Schema,
 		Partitions:   c.Relay.Partitions,
 		BatchSize:    c.Relay.BatchSize,
+		InFlight:     c.Relay.InFlight,
 		PollInterval: c.Relay.PollInterval,
 		LeaseTTL:     c.Relay.LeaseTTL,
 		MaxAttempts:  c.Relay.MaxAttempts,
@@ -88,6 +95,7 @@ func (c *Config) setDefaults() {
 	c.Schema = cmp.Or(c.Schema, "mdm")
 	c.Partitions = cmp.Or(c.Partitions, 32)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.InFlight = cmp.Or(c.InFlight, 2)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 15*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
@@ -110,6 +118,9 @@ func (c *Config) validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("relay: "+format, args...)) }
 	if c.Partitions < 1 || c.Partitions > 4096 {
 		bad("partitions %d: must be in [1, 4096]", c.Partitions)
+	}
+	if c.InFlight < 1 {
+		bad("in_flight %d: must be positive", c.InFlight)
 	}
 	if c.BatchSize < 1 {
 		bad("batch_size %d: must be positive", c.BatchSize)

@@ -28,19 +28,21 @@ type Relay struct {
 
 	wake    chan struct{}
 	running atomic.Bool
-	// next is the claim running beside the delivery of a batch, inflight
-	// the ack running beside it. Worker goroutine only.
-	next     *prefetch
-	inflight *pendingAck
-	cur      *claimable // the batch being delivered
+	// next is the claim running beside the deliveries; window holds the
+	// batches claimed and not acked yet, oldest first. Worker goroutine only.
+	next   *prefetch
+	window []*flight
 	// skipBehind counts batches delivered without a claim beside them,
 	// after such a claim found little to do.
 	skipBehind int
-	// nextDue is the earliest available_at this relay gave a retried event
-	// (zero: none pending); the worker wakes for it instead of waiting for the
-	// next poll. Used by the worker goroutine only.
-	nextDue time.Time
+	// dues are when the retries this relay scheduled fall due (local
+	// clock, not before the database's available_at); the worker wakes for
+	// the earliest instead of waiting for the next poll. At most maxDues are
+	// kept (beyond, the poll wakes). Worker goroutine only.
+	dues []time.Time
 }
+
+const maxDues = 1024
 
 // New checks cfg and returns a relay that uses pool (whose search_path does
 // not matter: every statement names the schema).
@@ -163,7 +165,7 @@ func newWaitBackoff() *backoff.ExponentialBackOff {
 // work is the claim → deliver → ack loop.
 func (r *Relay) work(ctx context.Context) {
 	defer func() {
-		if err := r.finishAck(); err != nil {
+		if err := r.settle(ctx, -1); err != nil {
 			r.cfg.Logger.Warn("relay: last ack failed (its events are delivered again)", "error", err)
 		}
 	}()
@@ -207,8 +209,8 @@ func (r *Relay) work(ctx context.Context) {
 		// Wake when the earliest retry this relay scheduled is due (a little
 		// after, for the database's clock), if that comes before the poll.
 		wait := r.cfg.PollInterval
-		if !r.nextDue.IsZero() {
-			wait = max(min(wait, time.Until(r.nextDue)+50*time.Millisecond), 0)
+		if len(r.dues) > 0 {
+			wait = max(min(wait, time.Until(slices.MinFunc(r.dues, time.Time.Compare))+50*time.Millisecond), 0)
 		}
 		poll.Reset(wait)
 		select {
@@ -226,43 +228,43 @@ type claimed struct {
 	part int32
 }
 
-// prefetch is the next batch, claimed in the background while the current
-// one is delivered.
+// prefetch is the next batch, claimed in the background while batches are
+// delivered.
 type prefetch struct {
-	c    claimable
-	done chan struct{} // closed when evs, err and took are set
-	evs  []claimed
-	err  error
-	took time.Duration
+	c     claimable
+	start time.Time
+	done  chan struct{} // closed when evs, err and took are set
+	evs   []claimed
+	err   error
+	took  time.Duration
 }
 
-// pendingAck is a batch's ack running beside the next batch's delivery.
-type pendingAck struct {
-	c    claimable
-	evs  []claimed // the batch: its aggregates are left out of claims until the ack is in
-	bs   BatchStats
-	acks []ackRow
-	end  time.Time // when the ack returned
-	done chan error
+// flight is a batch between its claim and its ack.
+type flight struct {
+	c         claimable
+	evs       []claimed
+	bs        BatchStats
+	acks      []ackRow
+	delivered chan struct{} // closed when the consumers answered (acks and bs.Deliver set)
+	ack       chan error    // the ack's result; nil until the ack started
+	end       time.Time     // when the ack returned
 }
 
-// batch delivers one batch and acks it. full reports that there may be more
-// to do at once, so the loop goes on without waiting.
+// batch starts delivering one batch and acks what is delivered. full
+// reports that there may be more to do at once, so the loop goes on without
+// waiting.
 //
-// While claims come back full, the relay pipelines: while batch N is
-// delivered, the ack of N-1 and the claim of N+1 run beside it; then the ack
-// of N starts and N+1 is delivered. A claim made while batches are still
-// unacked leaves out every aggregate of those batches (their events stay
-// pending until the ack commits, and their next events must wait for its
-// outcomes); for every other aggregate nothing an unacked batch does can
-// change what is deliverable, so such a claim is exactly as correct as one
-// made after the acks. Per aggregate nothing changes: its events are
-// delivered in id order, never in two batches at once. At most one ack and
-// one claim run beside a delivery.
+// While claims come back full, the relay pipelines: up to Config.InFlight
+// batches are delivered at once, the next batch is claimed beside them, and
+// finished batches are acked in claim order, one ack at a time, beside the
+// deliveries. A claim made while batches are unacked leaves out every
+// aggregate of those batches (their events stay pending until the ack
+// commits, and their next events must wait for its outcomes); for every
+// other aggregate nothing an unacked batch does can change what is
+// deliverable, so such a claim is exactly as correct as one made after the
+// acks. Per aggregate nothing changes: its events are delivered in id order,
+// never in two batches at once.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
-	if !r.nextDue.IsZero() && time.Now().After(r.nextDue) {
-		r.nextDue = time.Time{} // this claim takes what was due
-	}
 	var (
 		c   claimable
 		evs []claimed
@@ -274,11 +276,11 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		<-p.done
 		switch {
 		case p.err != nil:
-			r.cfg.Logger.Debug("relay: claim beside the delivery failed; claiming again", "error", p.err)
+			r.cfg.Logger.Debug("relay: claim beside the deliveries failed; claiming again", "error", p.err)
 		case len(p.evs) < r.cfg.BatchSize/4:
 			// Most of the backlog sits behind the aggregates in flight
-			// (a few hot aggregates): claiming beside the delivery costs
-			// more than it gives, for a while.
+			// (a few hot aggregates): claiming beside the deliveries
+			// costs more than it gives, for a while.
 			r.skipBehind = 8
 		}
 		if p.err == nil && len(p.evs) > 0 {
@@ -290,7 +292,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	}
 	if !pipelined {
 		// A claim without exclusions must see every outcome written so far.
-		if err := r.finishAck(); err != nil {
+		if err := r.settle(ctx, -1); err != nil {
 			return false, err
 		}
 		c = r.leases.begin()
@@ -299,6 +301,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			return false, nil
 		}
 		t0 := time.Now()
+		r.claimedAt(t0)
 		evs, err = r.claim(ctx, c, nil)
 		bs.Claim = time.Since(t0)
 		if err != nil {
@@ -312,114 +315,159 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	}
 	bs.Partitions = len(c.parts)
 	bs.Claimed = len(evs)
-	r.cur = &c
-	defer func() { r.cur = nil }()
 	// A claim that left batches out may come back short because of them;
 	// only a full claim can tell that the outbox is drained.
 	full = pipelined || len(evs) >= r.cfg.BatchSize
 
+	r.startDelivery(ctx, c, evs, bs)
 	if full && ctx.Err() == nil {
 		if r.skipBehind > 0 {
 			r.skipBehind--
 		} else if next := r.leases.begin(); len(next.parts) > 0 {
-			x := excluding(evs)
-			if r.inflight != nil {
-				x = excluding(evs, r.inflight.evs)
-			}
-			r.next = r.startClaim(ctx, next, x)
+			r.next = r.startClaim(ctx, next, r.unacked())
 		}
 	}
+	// Nothing claimed ahead (not full, stopping, or claiming after the
+	// acks for a while): finish everything. Otherwise leave room for the
+	// next batch's delivery.
+	limit := -1
+	if r.next != nil {
+		limit = r.cfg.InFlight - 1
+	}
+	if err := r.settle(ctx, limit); err != nil {
+		return false, err
+	}
+	return full, nil
+}
 
+// claimedAt notes a claim without exclusions that started at t: it took
+// every retry that was due by then. (A claim beside deliveries may have left
+// a retried aggregate out, so it clears nothing: at worst the relay wakes
+// once for nothing.)
+func (r *Relay) claimedAt(t time.Time) {
+	r.dues = slices.DeleteFunc(r.dues, func(d time.Time) bool { return !d.After(t) })
+}
+
+// startDelivery hands a batch to the consumers in the background.
+func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, bs BatchStats) {
+	f := &flight{c: c, evs: evs, bs: bs, delivered: make(chan struct{})}
+	r.window = append(r.window, f)
+	r.syncInflight()
 	// Deliver even if ctx is cancelled now: the batch in flight finishes
 	// within the grace period, then is abandoned.
 	dctx, cancel := graceContext(ctx, r.cfg.ShutdownGrace)
-	defer cancel()
-	t1 := time.Now()
-	acks := r.deliver(dctx, evs, &bs)
-	bs.Deliver = time.Since(t1)
+	go func() {
+		defer cancel()
+		defer close(f.delivered)
+		t := time.Now()
+		f.acks = r.deliver(dctx, f.evs, &f.bs)
+		f.bs.Deliver = time.Since(t)
+	}()
+}
 
-	// The previous batch's ack ran during this delivery.
-	prevErr := r.finishAck()
-	if r.next != nil && prevErr == nil && len(acks) > 0 {
-		r.startAck(ctx, c, evs, acks, bs)
-		return true, nil
+// settle acks delivered batches in claim order, one ack at a time, until at
+// most n batches are being delivered; with n < 0 it also waits for every
+// ack. It returns the first ack error (those events are delivered again).
+func (r *Relay) settle(ctx context.Context, n int) error {
+	var first error
+	for {
+		var oldest *flight
+		delivering := 0
+		for _, f := range r.window {
+			if f.ack == nil {
+				if oldest == nil {
+					oldest = f
+				}
+				delivering++
+			}
+		}
+		if oldest == nil || (n >= 0 && delivering <= n) {
+			break
+		}
+		<-oldest.delivered
+		if err := r.finishAcks(); err != nil && first == nil {
+			first = err
+		}
+		r.startAck(ctx, oldest)
 	}
-	t2 := time.Now()
-	err = r.ack(ctx, c, acks, &bs)
-	bs.Ack = time.Since(t2)
-	r.cur = nil
-	r.syncInflight()
-	r.batchDone(bs, acks, time.Now())
-	if err != nil {
-		return false, err
+	if n < 0 {
+		if err := r.finishAcks(); err != nil && first == nil {
+			first = err
+		}
 	}
-	return full, prevErr
+	return first
 }
 
 // startClaim claims the next batch in the background, leaving out x.
 func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *prefetch {
-	p := &prefetch{c: c, done: make(chan struct{})}
+	p := &prefetch{c: c, start: time.Now(), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		t := time.Now()
 		p.evs, p.err = r.claim(ctx, c, x)
-		p.took = time.Since(t)
+		p.took = time.Since(p.start)
 	}()
 	return p
 }
 
-// startAck writes the outcomes of a batch in the background; finishAck
-// waits for them.
-func (r *Relay) startAck(ctx context.Context, c claimable, evs []claimed, acks []ackRow, bs BatchStats) {
-	a := &pendingAck{c: c, evs: evs, bs: bs, acks: acks, done: make(chan error, 1)}
-	r.inflight = a
+// startAck writes the outcomes of a delivered batch in the background.
+func (r *Relay) startAck(ctx context.Context, f *flight) {
+	f.ack = make(chan error, 1)
 	go func() {
 		t := time.Now()
-		err := r.ack(ctx, c, acks, &a.bs)
-		a.end = time.Now()
-		a.bs.Ack = a.end.Sub(t)
-		a.done <- err
+		err := r.ack(ctx, f.c, f.acks, &f.bs)
+		f.end = time.Now()
+		f.bs.Ack = f.end.Sub(t)
+		f.ack <- err
 	}()
 }
 
-// finishAck waits for the ack in flight, if any, and records its batch.
-func (r *Relay) finishAck() error {
-	a := r.inflight
-	if a == nil {
-		return nil
+// finishAcks waits for the acks that were started (the oldest batches of
+// the window) and records their batches.
+func (r *Relay) finishAcks() error {
+	var first error
+	for len(r.window) > 0 && r.window[0].ack != nil {
+		f := r.window[0]
+		err := <-f.ack
+		r.window[0] = nil
+		r.window = r.window[1:]
+		r.batchDone(f.bs, f.acks, f.end)
+		if err != nil && first == nil {
+			first = err
+		}
 	}
-	r.inflight = nil
-	err := <-a.done
-	r.batchDone(a.bs, a.acks, a.end)
 	r.syncInflight()
-	return err
+	return first
+}
+
+// unacked is what a claim must leave out: the batches of the window.
+func (r *Relay) unacked() *exclusion {
+	batches := make([][]claimed, len(r.window))
+	for i, f := range r.window {
+		batches[i] = f.evs
+	}
+	return excluding(batches...)
 }
 
 // syncInflight marks in flight exactly the partitions of the batches not
-// acked yet (the one being acked, the one delivered, the one claimed next), so that
-// the heartbeat hands none of them back before its outcomes are written.
+// acked yet and of the one being claimed, so that the heartbeat hands none
+// of them back before their outcomes are written.
 func (r *Relay) syncInflight() {
-	var cs []claimable
-	if r.inflight != nil {
-		cs = append(cs, r.inflight.c)
+	cs := make([]claimable, 0, len(r.window)+1)
+	for _, f := range r.window {
+		cs = append(cs, f.c)
 	}
 	if r.next != nil {
 		cs = append(cs, r.next.c)
-	}
-	if r.cur != nil {
-		cs = append(cs, *r.cur)
 	}
 	r.leases.keep(cs...)
 }
 
 // batchDone records a batch whose ack returned at end: its figures, and
-// when the earliest retry it scheduled is due.
+// when the retries it scheduled fall due.
 func (r *Relay) batchDone(bs BatchStats, acks []ackRow, end time.Time) {
 	for _, a := range acks {
-		if a.outcome == "retry" {
-			if due := end.Add(a.delay); r.nextDue.IsZero() || due.Before(r.nextDue) {
-				r.nextDue = due
-			}
+		if a.outcome == "retry" && len(r.dues) < maxDues {
+			r.dues = append(r.dues, end.Add(a.delay))
 		}
 	}
 	r.stats.add(bs)

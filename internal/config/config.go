@@ -58,6 +58,9 @@ type Relay struct {
 	Partitions int `yaml:"partitions"`
 	// BatchSize is the most events claimed at once. Default 500.
 	BatchSize int `yaml:"batch_size"`
+	// InFlight is the most batches delivered at once while the outbox has a
+	// backlog; batches in flight never share an aggregate. Default 2.
+	InFlight int `yaml:"in_flight"`
 	// PollInterval is the fallback wake-up when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration `yaml:"poll_interval"`
 	// LeaseTTL is how long a partition lease lives without a heartbeat.
@@ -288,6 +291,7 @@ func (c *Config) setDefaults() {
 	r := &c.Relay
 	r.Partitions = cmp.Or(r.Partitions, 32)
 	r.BatchSize = cmp.Or(r.BatchSize, 500)
+	r.InFlight = cmp.Or(r.InFlight, 2)
 	r.PollInterval = cmp.Or(r.PollInterval, time.Second)
 	r.LeaseTTL = cmp.Or(r.LeaseTTL, 15*time.Second)
 	r.MaxAttempts = cmp.Or(r.MaxAttempts, 10)
@@ -344,6 +348,7 @@ func (c *Config) Validate() error {
 		v.add("relay.partitions", "must be at most 4096")
 	}
 	v.positive("relay.batch_size", r.BatchSize)
+	v.positive("relay.in_flight", r.InFlight)
 	v.positiveDur("relay.poll_interval", r.PollInterval)
 	if r.LeaseTTL < time.Second {
 		v.add("relay.lease_ttl", "must be at least 1s")
