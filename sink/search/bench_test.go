@@ -83,7 +83,8 @@ func (b *bundle) waitPending(timeout time.Duration) {
 // documents (relay → search consumer → OpenSearch, batch 500) and divides it
 // by the raw _bulk rate of the same documents (same ids, versions, batch
 // size) sent straight to a fresh index of the same definition in the same
-// run, with as many requests in flight as there are relays. Target: ratio
+// run, with as many _bulk requests in flight as there are relays (the
+// consumer's writer is limited to the same number). Target: ratio
 // >= 0.8. relays=1 is one relay process; relays=2 is two relays sharing the
 // partitions (a supported deployment), whose claims and acks overlap each
 // other's deliveries.
@@ -149,7 +150,14 @@ func benchEndToEnd(b *testing.B, relays int) {
 		c0 := testenv.ReadCPU()
 		start := time.Now()
 		te := &timedEngine{Engine: bd.eng}
-		tc := &timed{Consumer: bd.consumer(func(c *search.Config) { c.Engine = te })}
+		// As many _bulk requests in flight as the raw side sends: the
+		// relay delivers two batches at once (relay.in_flight), so the
+		// consumer's projection of one overlaps the other's _bulk, but the
+		// writer lets only `relays` requests reach the engine at a time.
+		tc := &timed{Consumer: bd.consumer(func(c *search.Config) {
+			c.Engine = te
+			c.Writer = indexer.NewWriter(te, indexer.WriterConfig{Concurrency: relays})
+		})}
 		var rs []*relay.Relay
 		for range relays {
 			rs = append(rs, bd.startRelay(tc, benchBatch))
