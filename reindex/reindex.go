@@ -148,6 +148,7 @@ type Reindexer struct {
 	w      *writer
 	poison atomic.Int64
 
+	saveMu   sync.Mutex // serializes writes of job.Progress and the job row
 	mu       sync.Mutex // guards job.Progress
 	progress Progress
 	timings  Timings
@@ -552,11 +553,14 @@ func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report)
 	res := &Result{OldIndex: job.Params.Source, NewIndex: r.target, DeleteAfter: time.Now().Add(max(keep, 0)).UTC(), Verify: report,
 		Seconds: time.Since(start).Seconds(), Timings: r.timings, Progress: r.snapshot()}
 	r.setPhase(PhaseDone)
+	r.saveMu.Lock()
 	r.mu.Lock()
 	job.Progress = r.progress
 	r.mu.Unlock()
 	r.finished.Store(true) // the heartbeat must not take the ended row for a lost one
-	if err := job.finish(ctx, r.cfg.Pool, "succeeded", res, nil); err != nil {
+	err = job.finish(ctx, r.cfg.Pool, "succeeded", res, nil)
+	r.saveMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	if keep < 0 {
@@ -577,11 +581,14 @@ func (r *Reindexer) fail(ctx context.Context, cause error, report *Report) {
 	if errors.As(cause, &ce) {
 		report = ce.Report
 	}
+	r.saveMu.Lock()
 	r.mu.Lock()
 	r.job.Progress = r.progress
 	r.mu.Unlock()
 	res := &Result{OldIndex: r.job.Params.Source, NewIndex: r.job.Params.Target, Verify: report}
-	if err := r.job.finish(ctx, r.cfg.Pool, "failed", res, cause); err != nil {
+	err := r.job.finish(ctx, r.cfg.Pool, "failed", res, cause)
+	r.saveMu.Unlock()
+	if err != nil {
 		r.log.Error("reindex: could not record the failure", "error", err.Error())
 		return
 	}
@@ -637,6 +644,8 @@ func (r *Reindexer) heartbeats(ctx context.Context, cancel context.CancelCauseFu
 }
 
 func (r *Reindexer) saveProgress(ctx context.Context) error {
+	r.saveMu.Lock() // the heartbeat and the seed's task callback both save
+	defer r.saveMu.Unlock()
 	p := r.snapshot()
 	if r.cfg.OnProgress != nil {
 		r.cfg.OnProgress(p)
