@@ -436,7 +436,11 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	// no replicas while it fills (the reads of the replay are real-time
 	// gets; replicas are built once from the finished index). The
 	// definition's values come back right after the replay.
-	if err := r.raw.putSettings(ctx, r.target, map[string]any{"refresh_interval": "-1", "number_of_replicas": 0}); err != nil {
+	fill := map[string]any{"refresh_interval": "-1"}
+	if ownsReplicas(r.cfg.Def) {
+		fill["number_of_replicas"] = 0
+	}
+	if err := r.raw.putSettings(ctx, r.target, fill); err != nil {
 		return nil, err
 	}
 
@@ -1362,11 +1366,11 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 // (green when that is green: every replica allocated). Settings of the
 // target that still differ from the definition are logged.
 func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
-	err := r.raw.putSettings(ctx, r.target, map[string]any{
-		"refresh_interval":   defSetting(r.cfg.Def, "refresh_interval"),
-		"number_of_replicas": defSetting(r.cfg.Def, "number_of_replicas"),
-	})
-	if err != nil {
+	settings := map[string]any{"refresh_interval": defSetting(r.cfg.Def, "refresh_interval")}
+	if ownsReplicas(r.cfg.Def) {
+		settings["number_of_replicas"] = defSetting(r.cfg.Def, "number_of_replicas")
+	}
+	if err := r.raw.putSettings(ctx, r.target, settings); err != nil {
 		return err
 	}
 	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
@@ -1405,6 +1409,14 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 		}
 	}
 	return nil
+}
+
+// ownsReplicas says whether the reindex may set the target's replicas
+// while filling: not when the definition lets the engine choose them
+// (auto_expand_replicas).
+func ownsReplicas(def *mapping.Def) bool {
+	v := defSetting(def, "auto_expand_replicas")
+	return v == nil || v == false || v == "false"
 }
 
 // replicaWait bounds the wait for the new index's replicas.

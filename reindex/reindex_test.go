@@ -382,3 +382,21 @@ func TestReindexRestoresSettings(t *testing.T) {
 	}
 	b.checkTruth(b.alias)
 }
+
+// Replicas are left to the engine when the definition auto-expands them.
+func TestOwnsReplicas(t *testing.T) {
+	for _, c := range []struct {
+		settings map[string]any
+		want     bool
+	}{
+		{map[string]any{"number_of_replicas": 1}, true},
+		{map[string]any{"auto_expand_replicas": "0-1"}, false},
+		{map[string]any{"index.auto_expand_replicas": "0-all"}, false},
+		{map[string]any{"index": map[string]any{"auto_expand_replicas": "1-3"}}, false},
+		{map[string]any{"auto_expand_replicas": false}, true},
+	} {
+		if got := ownsReplicas(&mapping.Def{Settings: c.settings}); got != c.want {
+			t.Errorf("ownsReplicas(%v) = %v, want %v", c.settings, got, c.want)
+		}
+	}
+}
