@@ -43,20 +43,21 @@
 //
 // # Pipelining
 //
-// While claims come back full, the database's work hides behind the
-// consumers': while batch N is delivered, the ack of N-1 and the claim of
-// N+1 run beside it, then the ack of N starts and N+1 is delivered. A claim
-// made while batches are unacked leaves out every aggregate of those batches
-// (by aggregate id; their events stay pending until the ack commits, and
-// their next events must wait for its outcomes) and looks at the first
-// 4 × batch_size pending events only, so that a backlog held by a few hot
-// aggregates is not read whole to find nothing; for every other aggregate no
-// unacked outcome can change what is deliverable, so such a claim is as
-// correct as one made after the acks. Per aggregate nothing changes: events
-// in id order, never in two batches at once. A short claim beside a
-// delivery is not taken for a drained outbox (the next claim is a full one),
-// and after one that found little the relay claims after the acks for a few
-// batches.
+// While claims come back full, up to Config.InFlight batches are delivered at
+// once, the next batch is claimed beside them, and finished batches are acked
+// in claim order, one ack at a time, beside the deliveries; so the database's
+// and the consumers' work overlap. A claim made while batches are unacked
+// leaves out every aggregate of those batches (by aggregate id; their events
+// stay pending until the ack commits, and their next events must wait for its
+// outcomes) and looks at the first 4 × batch_size pending events only, so
+// that a backlog held by a few hot aggregates is not read whole to find
+// nothing; for every other aggregate no unacked outcome can change what is
+// deliverable, so such a claim is as correct as one made after the acks. Per
+// aggregate nothing changes: events in id order, never in two batches at
+// once. Consumers get concurrent Deliver calls, for different aggregates. A
+// short claim beside deliveries is not taken for a drained outbox (the next
+// claim, after the acks, is a full one), and after one that found little the
+// relay claims after the acks for a few batches.
 //
 // # Outcomes
 //
