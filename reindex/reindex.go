@@ -504,6 +504,7 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 
 	// 5. Completeness check.
 	r.setPhase(PhaseVerify)
+	r.checkSettings(ctx)
 	if r.cfg.beforeVerify != nil {
 		r.cfg.beforeVerify(r.target)
 	}
@@ -1363,8 +1364,7 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 // restoreSettings puts the definition's refresh interval and number of
 // replicas back on the target (the engine's defaults where it sets none),
 // refreshes it and waits until its health is as good as the live index's
-// (green when that is green: every replica allocated). Settings of the
-// target that still differ from the definition are logged.
+// (green when that is green: every replica allocated).
 func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 	settings := map[string]any{"refresh_interval": defSetting(r.cfg.Def, "refresh_interval")}
 	if ownsReplicas(r.cfg.Def) {
@@ -1375,6 +1375,9 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 	}
 	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
 		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+	}
+	if ownsReplicas(r.cfg.Def) && replicasWanted(r.cfg.Def) == 0 {
+		return nil // no replicas to wait for: the primary is active, it was written to
 	}
 	// Green when the live index is green with at least as many replicas
 	// (the cluster can place them), else yellow (every primary). At most
@@ -1403,12 +1406,17 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 		}
 		r.log.Warn("reindex: waiting for the replicas of the new index", "index", r.target, "status_wanted", want, "waited", waited.String())
 	}
+	return nil
+}
+
+// checkSettings logs the settings of the target that differ from the
+// definition (none should).
+func (r *Reindexer) checkSettings(ctx context.Context) {
 	if info, err := r.cfg.Engine.GetIndex(ctx, r.target); err == nil && info != nil {
 		if diff := settingChanges(info.Settings, r.cfg.Def); len(diff) > 0 {
 			r.log.Warn("reindex: settings of the new index differ from the definition", "index", r.target, "settings", strings.Join(diff, ","))
 		}
 	}
-	return nil
 }
 
 // ownsReplicas says whether the reindex may set the target's replicas
