@@ -59,7 +59,7 @@ func (s esSender) send(ctx context.Context, r request) (int, []byte, error) {
 	case apiPing:
 		req = esapi.PingRequest{}
 	case apiBulk:
-		req = esapi.BulkRequest{Body: body}
+		req = esapi.BulkRequest{Body: body, FilterPath: bulkFilterPath}
 	case apiMGet:
 		req = esapi.MgetRequest{Index: r.index, Body: body}
 	case apiCreateIndex:

@@ -54,7 +54,7 @@ func (s osSender) send(ctx context.Context, r request) (int, []byte, error) {
 	case apiPing:
 		req, method = opensearchapi.PingReq{}, http.MethodHead
 	case apiBulk:
-		req = opensearchapi.BulkReq{Body: body}
+		req = opensearchapi.BulkReq{Body: body, Params: opensearchapi.BulkParams{FilterPath: bulkFilterPath}}
 	case apiMGet:
 		req = opensearchapi.MGetReq{Index: r.index, Body: body}
 	case apiCreateIndex:

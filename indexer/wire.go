@@ -129,6 +129,11 @@ func engineError(op string, status int, body []byte) *EngineError {
 }
 
 // decodeBulk reads every item of a _bulk answer; n is the number of ops sent.
+// bulkFilterPath keeps of a bulk answer what decodeBulk reads (every item
+// keeps its status, so none drops out): the engine serializes, and we parse,
+// a third of the full answer.
+var bulkFilterPath = []string{"items.*.status", "items.*._version", "items.*.result", "items.*.error"}
+
 func decodeBulk(n int, body []byte) ([]BulkResult, error) {
 	type result struct {
 		Status  int        `json:"status"`
