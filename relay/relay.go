@@ -548,11 +548,34 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) ([]claimed
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
-	rows, err := r.pool.Query(cctx, q, args...)
+	br := r.pool.SendBatch(cctx, claimBatch(q, args))
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	return scanEvents(rows)
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	return evs, br.Close()
+}
+
+// claimBatch runs a claim statement with sorts disabled for its
+// transaction (one round trip; SET LOCAL ends with the batch's implicit
+// transaction). The claim must walk the pending events in id order and stop
+// at the batch size; with statistics that predate a burst (a new outbox, or
+// autovacuum not yet round) PostgreSQL takes the pending rows for a few and
+// plans to read and sort all of them instead: 280–470 ms per claim at 200,000
+// pending rows, against 2 ms for the walk.
+func claimBatch(q string, args []any) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue("SET LOCAL enable_sort = off")
+	b.Queue(q, args...)
+	return b
 }
 
 // ackRow is what the ack statement writes for one event.

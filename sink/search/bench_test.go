@@ -107,11 +107,6 @@ func benchEndToEnd(b *testing.B, relays int) {
 				"credit_limit": i * 10, "address": map[string]any{"city": "Berlin", "country": "DE"}}))
 		}
 		stored := bd.produceMany(evs)
-		// What autovacuum would have done by now on a real outbox: without
-		// statistics the planner takes 20,000 pending rows for a few dozen.
-		if _, err := bd.db.Pool.Exec(bd.ctx, `ANALYZE aa_outbox_event`); err != nil {
-			b.Fatal(err)
-		}
 
 		// Raw: the documents the consumer writes, straight to a fresh index.
 		ops := make([]indexer.BulkOp, 0, n)

@@ -1,0 +1,54 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/internal/testenv"
+)
+
+// TestClaimWalksThePendingIndexWithoutStatistics checks the plans of both
+// claims on an outbox that was never analyzed, holding many pending events:
+// they must walk ix_outbox_event_pending_id in id order and sort nothing
+// (PostgreSQL would otherwise read and sort every pending row per claim).
+func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload)
+		SELECT 'entity.customer.updated', 'DDM_ENTITY', md5(g::text)::uuid, jsonb_build_object('version', g)
+		FROM generate_series(1, 50000) g`); err != nil {
+		t.Fatal(err)
+	}
+	q := newQueries(db.Schema, 16, 500)
+	inFlight := make([][16]byte, 500)
+	for i := range inFlight {
+		inFlight[i] = uuid.New()
+	}
+	for name, c := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"claim":                    {q.claimAll, nil},
+		"claim of some partitions": {q.claimOwned, []any{[]int32{0, 1, 2, 3}}},
+		"claim beside deliveries":  {q.claimAllBehind, []any{inFlight, []int64{}}},
+	} {
+		br := db.Pool.SendBatch(ctx, claimBatch("EXPLAIN (FORMAT JSON) "+c.sql, c.args))
+		if _, err := br.Exec(); err != nil {
+			t.Fatal(err)
+		}
+		var plan json.RawMessage
+		if err := br.QueryRow().Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		br.Close()
+		p := string(plan)
+		if strings.Contains(p, `"Node Type": "Sort"`) || !strings.Contains(p, `"Index Name": "ix_outbox_event_pending_id"`) {
+			t.Errorf("%s: the plan sorts or does not walk ix_outbox_event_pending_id:\n%s", name, p)
+		}
+	}
+}
