@@ -301,13 +301,13 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			return false, nil
 		}
 		t0 := time.Now()
-		r.claimedAt(t0)
 		evs, err = r.claim(ctx, c, nil)
 		bs.Claim = time.Since(t0)
 		if err != nil {
 			r.syncInflight()
 			return false, fmt.Errorf("relay: claim: %w", err)
 		}
+		r.claimedAt(t0)
 	}
 	if len(evs) == 0 {
 		r.syncInflight()
