@@ -78,7 +78,7 @@ func (s osSender) send(ctx context.Context, r request) (int, []byte, error) {
 		return 0, nil, fmt.Errorf("opensearch: unknown api %d", r.api)
 	}
 	// A nil data pointer: the client does not decode, the shared wire code does.
-	resp, err := s.c.Client.Do(ctx, method, req, nil)
+	resp, err := opensearch.Do[struct{}](ctx, s.c.Client, method, req, nil)
 	if err != nil {
 		return 0, nil, err
 	}
