@@ -48,8 +48,8 @@ type env struct {
 	logger *slog.Logger
 }
 
-func (g *Globals) load(ctx context.Context) (*env, error) {
-	cfg, err := config.Load(g.Config)
+func (g *Globals) load(ctx context.Context, opts ...config.Option) (*env, error) {
+	cfg, err := config.Load(g.Config, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -7,10 +7,11 @@ import (
 	"os"
 
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
 )
 
 // SearchCmd searches an index or alias with a query string, so a person can
-// watch documents arrive.
+// watch documents arrive. It needs the engine only, not the database.
 type SearchCmd struct {
 	Index string `arg:"" help:"Index or alias, e.g. customers."`
 	Query string `arg:"" optional:"" help:"Query string (simple_query_string syntax); empty matches everything."`
@@ -20,7 +21,7 @@ type SearchCmd struct {
 
 // Run searches.
 func (c *SearchCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
+	e, err := g.load(ctx, config.NoDatabase())
 	if err != nil {
 		return err
 	}

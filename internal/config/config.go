@@ -38,7 +38,16 @@ type Config struct {
 	file string
 	// ast is the parsed file, used to point errors at a line.
 	ast *astFile
+	// noDatabase lets database.url be missing (NoDatabase).
+	noDatabase bool
 }
+
+// Option changes what Load requires.
+type Option func(*Config)
+
+// NoDatabase is for commands that talk to the search engine only (searchsync
+// search): database.url may be missing; a given one is still checked.
+func NoDatabase() Option { return func(c *Config) { c.noDatabase = true } }
 
 // Database says where the outbox lives.
 type Database struct {
@@ -208,8 +217,11 @@ func (c *Config) File() string { return c.file }
 
 // Load reads the file at path (empty: no file, defaults and environment only),
 // applies environment overrides and defaults, and validates the result.
-func Load(file string) (*Config, error) {
+func Load(file string, opts ...Option) (*Config, error) {
 	c := &Config{file: file}
+	for _, o := range opts {
+		o(c)
+	}
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -332,7 +344,9 @@ var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 func (c *Config) Validate() error {
 	v := &validator{c: c}
 	if c.Database.URL == "" {
-		v.add("database.url", "is required (or set DATABASE_URL)")
+		if !c.noDatabase {
+			v.add("database.url", "is required (or set DATABASE_URL)")
+		}
 	} else if u, err := url.Parse(c.Database.URL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		v.add("database.url", "must be a postgres:// URL")
 	}

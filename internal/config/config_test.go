@@ -97,3 +97,21 @@ func TestLoadAppliesEnvironment(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+func TestNoDatabaseLetsTheURLBeMissingButChecksAGivenOne(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	if _, err := Load(""); err == nil || !strings.Contains(err.Error(), "database.url: is required") {
+		t.Fatalf("without NoDatabase: %v", err)
+	}
+	c, err := Load("", NoDatabase())
+	if err != nil {
+		t.Fatalf("NoDatabase: %v", err)
+	}
+	if len(c.Engine.URLs) == 0 {
+		t.Errorf("engine defaults not filled: %+v", c.Engine)
+	}
+	t.Setenv("DATABASE_URL", "mysql://x")
+	if _, err := Load("", NoDatabase()); err == nil || !strings.Contains(err.Error(), "database.url: must be a postgres:// URL") {
+		t.Fatalf("NoDatabase with a bad URL: %v", err)
+	}
+}
