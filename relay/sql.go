@@ -63,16 +63,17 @@ const notBlocked = `
 // delivered, or their ack in flight). It leaves them out: every event of
 // their aggregates (aggregate ids {p1}) and their events without an
 // aggregate (ids {p2}); they stay pending until the ack commits, and an
-// aggregate's next events must wait for its outcomes. Matching the aggregate id alone may hold back an
-// aggregate of another type with the same id for one batch, which costs
-// nothing; PostgreSQL hashes a <> ALL over a constant uuid array, where an
-// anti-join on an unnest of pairs is planned as a nested loop.
+// aggregate's next events must wait for its outcomes. Matching the aggregate
+// id alone may hold back an aggregate of another type with the same id for
+// one batch, which costs nothing: a <> ALL over a uuid array is a cheap
+// filter (hashed in a custom plan), where an anti-join on an unnest of
+// (type, id) pairs was planned as a nested loop.
 //
 // It looks at the first {window} pending events only: when a few aggregates
 // hold most of the backlog, every candidate may sit behind the batches in
 // flight, and an unbounded claim would read the whole backlog to return
 // nothing. A short claim is not taken for an empty outbox: the next claim,
-// after the ack, is a full one.
+// after the acks, is a full one.
 const claimBehindSQL = blockerCTE + `
 SELECT ` + eventColumns + `
 FROM (SELECT * FROM {s}.aa_outbox_event e
