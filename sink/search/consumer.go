@@ -426,15 +426,12 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 		maxVersion = r.Version
 		switch r.Op {
 		case projections.OpIndex:
-			switch {
-			case r.Partial:
+			// Never the result's own map: the same result is folded for
+			// every target of the alias (a running reindex's too, whose
+			// definition may differ), and the state is changed below.
+			if r.Partial {
 				state = projections.DeepMerge(state, r.Doc)
-			case i == len(steps)-1:
-				// The last step: nothing merges onto it, so the result's
-				// own map serves (setting the tombstone field below on it
-				// again, if the fold is repeated, changes nothing).
-				state = r.Doc
-			default:
+			} else {
 				state = projections.Clone(r.Doc)
 			}
 			deleted = false
