@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -101,7 +102,7 @@ func TestAdminStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[outbox.Status]int64{"pending": 7, "dispatched": 2, "failed": 1, "skipped": 2}
-	if rep.Total != 12 || !mapsEqual(rep.ByStatus, want) {
+	if rep.Total != 12 || !maps.Equal(rep.ByStatus, want) {
 		t.Fatalf("by status %v (total %d), want %v", rep.ByStatus, rep.Total, want)
 	}
 	var types []string
@@ -134,18 +135,6 @@ func TestAdminStatus(t *testing.T) {
 	if err != nil || len(rep.Blocked) != 1 || rep.BlockedCount != 2 {
 		t.Fatalf("status with 1 listed: %+v, %v", rep, err)
 	}
-}
-
-func mapsEqual(a, b map[outbox.Status]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func TestAdminList(t *testing.T) {

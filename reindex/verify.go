@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -112,7 +113,7 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		if err = cmp.Or(err, err2); err != nil {
 			return nil, err
 		}
-		if maps(oldC, newC) {
+		if maps.Equal(oldC, newC) {
 			break
 		}
 		r.log.Debug("reindex: check: counts differ, looking again", "old", rep.OldTotal, "new", rep.NewTotal, "attempt", attempt)
@@ -451,16 +452,4 @@ func appendMax(list []string, s string) []string {
 		return list
 	}
 	return append(list, s)
-}
-
-func maps(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -39,7 +39,9 @@
 // the head, in id order, so consumers can coalesce it. Blocking is per
 // aggregate only: every other aggregate flows on. Two partial indexes
 // (migration 00003) keep the claim's cost to what is pending and blocked,
-// never the delivered history.
+// never the delivered history. A claim runs with sorting disabled for its
+// transaction, so that statistics older than a burst cannot make PostgreSQL
+// read and sort every pending row instead of walking ix_outbox_event_pending_id.
 //
 // # Pipelining
 //

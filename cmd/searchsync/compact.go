@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/searchsync/searchsync/compaction"
@@ -52,9 +50,7 @@ func (c *CompactCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(res)
 	}
 	if c.DryRun {
 		fmt.Printf("dry run: would delete %d dispatched events (ids %d–%d) dispatched before %s (retention %s) in %d batches of %d\n",

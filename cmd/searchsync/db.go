@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 )
 
@@ -53,4 +54,19 @@ func (g *Globals) connect(ctx context.Context) (*env, *pgxpool.Pool, error) {
 		return nil, nil, err
 	}
 	return e, pool, nil
+}
+
+// connectEngine is connect plus a client of the configured search engine;
+// closeAll releases both.
+func (g *Globals) connectEngine(ctx context.Context) (e *env, pool *pgxpool.Pool, eng indexer.Engine, closeAll func(), err error) {
+	e, pool, err = g.connect(ctx)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	eng, err = indexer.New(e.cfg.Engine, nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, nil, err
+	}
+	return e, pool, eng, func() { indexer.Close(eng); pool.Close() }, nil
 }

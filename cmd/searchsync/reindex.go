@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/reindex"
@@ -41,16 +40,11 @@ type ReindexStartCmd struct {
 
 // Run performs (or resumes) the reindex.
 func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
-	e, pool, err := g.connect(ctx)
+	e, pool, eng, closeAll, err := g.connectEngine(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	eng, err := indexer.New(e.cfg.Engine, nil)
-	if err != nil {
-		return err
-	}
-	defer indexer.Close(eng)
+	defer closeAll()
 	def, tenant, err := reindexDef(e.cfg, c.Alias)
 	if err != nil {
 		return err
@@ -232,16 +226,11 @@ type ReindexAbortCmd struct {
 
 // Run aborts the running reindex.
 func (c *ReindexAbortCmd) Run(ctx context.Context, g *Globals) error {
-	e, pool, err := g.connect(ctx)
+	e, pool, eng, closeAll, err := g.connectEngine(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	eng, err := indexer.New(e.cfg.Engine, nil)
-	if err != nil {
-		return err
-	}
-	defer indexer.Close(eng)
+	defer closeAll()
 	target, err := reindex.Abort(ctx, pool, eng, e.cfg.Engine, c.Alias, e.logger)
 	if errors.Is(err, reindex.ErrNoJob) {
 		return fmt.Errorf("reindex abort: no reindex of %s is running", c.Alias)
@@ -262,16 +251,11 @@ type ReindexCleanupCmd struct{}
 
 // Run deletes expired old indexes.
 func (c *ReindexCleanupCmd) Run(ctx context.Context, g *Globals) error {
-	e, pool, err := g.connect(ctx)
+	e, pool, eng, closeAll, err := g.connectEngine(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	eng, err := indexer.New(e.cfg.Engine, nil)
-	if err != nil {
-		return err
-	}
-	defer indexer.Close(eng)
+	defer closeAll()
 	done, err := reindex.Cleanup(ctx, pool, eng, time.Now(), e.logger)
 	for _, x := range done {
 		fmt.Printf("deleted %s (old index of %s, kept until %s)\n", x.Index, x.Alias, x.DeleteAfter.Format(time.RFC3339))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
@@ -40,9 +39,7 @@ func (c *SearchCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(res)
 	}
 	fmt.Printf("%d documents match in %s\n", res.Total, c.Index)
 	for _, h := range res.Hits {

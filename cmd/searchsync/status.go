@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -38,9 +37,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		indexer.Close(drift.eng)
 	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return printJSON(doc)
 	}
 	printStatus(os.Stdout, s)
 	for _, d := range doc.Drift {
