@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,15 +42,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // writeConfig writes a configuration for the test's schema whose webhook
@@ -240,7 +230,7 @@ func threeRelays(t *testing.T, killOne bool) {
 	}
 	procs := make([]*proc, 3)
 	for i := range procs {
-		listen := freeAddr(t)
+		listen := testenv.FreeAddr(t)
 		procs[i] = startProc(t, fmt.Sprintf("relay-%d", i), writeConfig(t, db.URL, db.Schema, rc.URL, listen, ""), listen)
 	}
 	produced := make(chan struct{})
@@ -272,7 +262,7 @@ func threeRelays(t *testing.T, killOne bool) {
 		irows.Close()
 		procs[1].kill9(t)
 		t.Logf("relay-1 killed with SIGKILL at %d delivered", rc.distinct())
-		listen := freeAddr(t)
+		listen := testenv.FreeAddr(t)
 		procs[1] = startProc(t, "relay-1-restarted", writeConfig(t, db.URL, db.Schema, rc.URL, listen, ""), listen)
 	}
 	<-produced
@@ -368,7 +358,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 		os.WriteFile(p, []byte(body), 0o600)
 		return p
 	}
-	good := writeConfig(t, db.URL, db.Schema, "http://127.0.0.1:9/", freeAddr(t), "")
+	good := writeConfig(t, db.URL, db.Schema, "http://127.0.0.1:9/", testenv.FreeAddr(t), "")
 	goodText, _ := os.ReadFile(good)
 	unmigrated := testenv.Name("unmigrated")
 	t.Cleanup(func() { db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+unmigrated+" CASCADE") })

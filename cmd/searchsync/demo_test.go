@@ -23,7 +23,7 @@ func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	engineURL := testenv.EngineURL(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	stream := "DEMO_" + db.Schema
 	cmd := exec.Command(binary, "-c", "", "demo", "--rate", "100", "--burst", "1s")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "SEARCHSYNC_SCHEMA="+db.Schema, "SEARCHSYNC_HTTP_LISTEN="+addr,

@@ -28,8 +28,8 @@ import (
 func TestRunWaitsForAnUnreachableEngine(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	engineAddr := freeAddr(t) // nothing listens here yet
-	addr := freeAddr(t)
+	engineAddr := testenv.FreeAddr(t) // nothing listens here yet
+	addr := testenv.FreeAddr(t)
 	alias := testenv.Name("wait")
 	defs, projections := customerIndex(t, alias)
 	cfg := writeConfig(t, fmt.Sprintf(`

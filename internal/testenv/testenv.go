@@ -15,6 +15,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -193,4 +195,26 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 			tick *= 2
 		}
 	}
+}
+
+// FreeAddr returns a 127.0.0.1 address nothing listens on, for a process the
+// test starts. The port is picked at random below the kernel's ephemeral
+// range (32768 and up on Linux): a port taken from that range and released
+// again may be handed out as the local port of an outgoing connection (the
+// tests make thousands) before the process listens on it.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	for range 50 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+mrand.IntN(12000))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: no free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
