@@ -31,12 +31,22 @@ const (
 	// Stale: the consumer already holds this or a newer version (a 409
 	// version conflict); counts as delivered.
 	Stale
-	// Retry: a transient failure (timeout, 429, 5xx, network); the relay
-	// retries with backoff until the attempts run out.
+	// Retry: a failure of this event that another try may fix (an item
+	// answered 5xx while its neighbours were written); the relay adds an
+	// attempt and retries with backoff until the attempts run out.
 	Retry
 	// Poison: retrying cannot help (a mapping rejection, a payload without a
 	// version, an unknown schema_version, a 4xx); the event becomes failed.
 	Poison
+	// Unavailable: the consumer as a whole cannot deliver now (connection
+	// refused or reset, DNS, TLS handshake, timeout, the whole request
+	// answered 429/5xx, a cluster block, a missing index or alias, NATS
+	// without JetStream). It is not the event's fault: when the consumer
+	// delivered nothing else in the batch the relay pauses the consumer and
+	// probes it, and the event's attempts do not move. When the consumer did
+	// deliver other events of the batch, the failure is the event's own and
+	// counts as a Retry.
+	Unavailable
 )
 
 func (k Kind) String() string {
@@ -49,6 +59,8 @@ func (k Kind) String() string {
 		return "retry"
 	case Poison:
 		return "poison"
+	case Unavailable:
+		return "unavailable"
 	default:
 		return "not_attempted"
 	}
@@ -82,6 +94,11 @@ func Poisonf(format string, args ...any) Outcome {
 	return Outcome{Kind: Poison, Reason: fmt.Sprintf(format, args...)}
 }
 
+// Unavailablef is a consumer-wide failure (see Unavailable).
+func Unavailablef(format string, args ...any) Outcome {
+	return Outcome{Kind: Unavailable, Reason: fmt.Sprintf(format, args...)}
+}
+
 // Consumer delivers events somewhere.
 //
 // Deliver receives a batch in which the events of one aggregate appear in id
@@ -94,6 +111,15 @@ func Poisonf(format string, args ...any) Outcome {
 type Consumer interface {
 	Name() string
 	Deliver(ctx context.Context, events []*outbox.Event) []Outcome
+}
+
+// Prober is implemented by consumers that can tell cheaply whether they
+// could deliver again (a cluster health request, a JetStream account info).
+// While a consumer is paused the relay calls Probe with capped backoff; nil
+// resumes it. A consumer without Probe is probed by delivering its next
+// batch.
+type Prober interface {
+	Probe(ctx context.Context) error
 }
 
 // Closer is implemented by consumers that hold connections.
