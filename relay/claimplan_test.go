@@ -33,19 +33,21 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"claim":                    {q.claimAll, nil},
-		"claim of some partitions": {q.claimOwned, []any{[]int32{0, 1, 2, 3}}},
-		"claim beside deliveries":  {q.claimAllBehind, []any{inFlight, []int64{}}},
+		"claim":                    {q.claimAll, []any{[]string{}}},
+		"claim of some partitions": {q.claimOwned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}}},
+		"claim beside deliveries":  {q.claimAllBehind, []any{inFlight, []int64{}, []string{}}},
 	} {
 		br := db.Pool.SendBatch(ctx, claimBatch("EXPLAIN (FORMAT JSON) "+c.sql, c.args))
 		if _, err := br.Exec(); err != nil {
+			br.Close()
 			t.Fatal(err)
 		}
 		var plan json.RawMessage
-		if err := br.QueryRow().Scan(&plan); err != nil {
+		err := br.QueryRow().Scan(&plan)
+		br.Close()
+		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		br.Close()
 		p := string(plan)
 		if strings.Contains(p, `"Node Type": "Sort"`) || !strings.Contains(p, `"Index Name": "ix_outbox_event_pending_id"`) {
 			t.Errorf("%s: the plan sorts or does not walk ix_outbox_event_pending_id:\n%s", name, p)

@@ -41,6 +41,9 @@ type Config struct {
 	// Backoff moves available_at after a retry. Defaults: initial 1s, max 10m,
 	// multiplier 2, jitter 0.2.
 	Backoff config.Backoff
+	// Pause is how a paused consumer is probed (see docs/consumers.md).
+	// Defaults: first probe after 1s, doubling, at most 30s apart.
+	Pause config.Pause
 	// ShutdownGrace bounds how long a stop waits for the batch in flight
 	// before it abandons it (its events are delivered again later). Default 10s.
 	ShutdownGrace time.Duration
@@ -77,6 +80,7 @@ func FromConfig(c *config.Config, consumers map[string]sink.Consumer, logger *sl
 		LeaseTTL:     c.Relay.LeaseTTL,
 		MaxAttempts:  c.Relay.MaxAttempts,
 		Backoff:      c.Relay.Backoff,
+		Pause:        c.Relay.Pause,
 		Logger:       logger,
 	}
 	var errs []error
@@ -103,6 +107,8 @@ func (c *Config) setDefaults() {
 	c.Backoff.Max = cmp.Or(c.Backoff.Max, 10*time.Minute)
 	c.Backoff.Multiplier = cmp.Or(c.Backoff.Multiplier, 2)
 	c.Backoff.Jitter = cmp.Or(c.Backoff.Jitter, 0.2)
+	c.Pause.ProbeInitial = cmp.Or(c.Pause.ProbeInitial, time.Second)
+	c.Pause.ProbeMax = cmp.Or(c.Pause.ProbeMax, 30*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -136,6 +142,9 @@ func (c *Config) validate() error {
 	}
 	if c.Backoff.Max < c.Backoff.Initial || c.Backoff.Multiplier < 1 || c.Backoff.Jitter < 0 || c.Backoff.Jitter >= 1 {
 		bad("backoff %+v: need max >= initial, multiplier >= 1, jitter in [0,1)", c.Backoff)
+	}
+	if c.Pause.ProbeInitial <= 0 || c.Pause.ProbeMax < c.Pause.ProbeInitial {
+		bad("pause %+v: need probe_initial > 0 and probe_max >= probe_initial", c.Pause)
 	}
 	for i, r := range c.Routes {
 		if r.Consumer == nil {

@@ -253,6 +253,31 @@ func (l *leases) begin() claimable {
 	return c
 }
 
+// sendDeadline is the moment until which this relay may send for the
+// partitions it holds: the last renewal's start + lease_ttl - the fence
+// margin (monotonic clock).
+func (l *leases) sendDeadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil.Add(-fenceMargin(l.cfg.LeaseTTL))
+}
+
+// holds reports whether every partition of c is still held with the epoch
+// it was claimed under and the send deadline has not passed.
+func (l *leases) holds(c claimable) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !time.Now().Before(l.validUntil.Add(-fenceMargin(l.cfg.LeaseTTL))) {
+		return false
+	}
+	for i, p := range c.parts {
+		if e, ok := l.owned[int(p)]; !ok || e != c.epochs[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // keep marks exactly the partitions of cs in flight (batches not acked
 // yet); keep() marks none.
 func (l *leases) keep(cs ...claimable) {

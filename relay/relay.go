@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,7 @@ type Relay struct {
 	pool   *pgxpool.Pool
 	q      queries
 	leases *leases
+	cons   *consumers
 	stats  counters
 
 	wake    chan struct{}
@@ -53,6 +53,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize), wake: make(chan struct{}, 1)}
 	r.leases = newLeases(pool, &r.q, &r.cfg)
+	r.cons = newConsumers(r)
 	return r, nil
 }
 
@@ -88,7 +89,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.leases.run(leaseCtx) })
 	wg.Go(func() { r.listen(ctx) })
+	consCtx, stopCons := context.WithCancel(ctx)
+	wg.Go(func() { r.cons.run(consCtx) })
 	r.work(ctx)
+	stopCons()
 	stopLeases()
 	wg.Wait()
 
@@ -222,10 +226,14 @@ func (r *Relay) work(ctx context.Context) {
 	}
 }
 
-// claimed is one event of a batch with its partition.
+// claimed is one event of a batch with its partition, its delivery rows by
+// consumer name (nil when it has none: every routed consumer still owes it)
+// and the consumers an earlier event of its aggregate blocks.
 type claimed struct {
-	ev   outbox.Event
-	part int32
+	ev      outbox.Event
+	part    int32
+	rows    map[string]prior
+	blocked []string
 }
 
 // prefetch is the next batch, claimed in the background while batches are
@@ -355,12 +363,20 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, b
 	r.syncInflight()
 	// Deliver even if ctx is cancelled now: the batch in flight finishes
 	// within the grace period, then is abandoned.
-	dctx, cancel := graceContext(ctx, r.cfg.ShutdownGrace)
+	gctx, cancel := graceContext(ctx, r.cfg.ShutdownGrace)
+	lease := newBatchLease(r.leases, c, evs)
+	dctx, cancelFenced := context.WithCancelCause(sink.WithLease(gctx, lease))
+	go r.fenceDelivery(dctx, cancelFenced, lease)
 	go func() {
 		defer cancel()
+		defer cancelFenced(nil)
 		defer close(f.delivered)
 		t := time.Now()
-		f.acks = r.deliver(dctx, f.evs, &f.bs)
+		if lease.Check() == nil {
+			f.acks = r.deliver(dctx, f.evs, &f.bs)
+		} else {
+			f.bs.Untouched += len(f.evs)
+		}
 		f.bs.Deliver = time.Since(t)
 	}()
 }
@@ -496,12 +512,21 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 		// The payload as bytes: scanned into a json.RawMessage pgx would
 		// run it through json.Unmarshal (a validation the database did).
 		var payload []byte
+		var dConsumer, dState []string
+		var dAttempts []int32
+		var dWait []int64
 		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
 			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &payload, &e.Attempts, &e.LastError,
-			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy); err != nil {
+			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy, &dConsumer, &dState, &dAttempts, &dWait, &ce.blocked); err != nil {
 			return nil, err
 		}
 		e.Payload = payload
+		if len(dConsumer) > 0 {
+			ce.rows = make(map[string]prior, len(dConsumer))
+			for k, name := range dConsumer {
+				ce.rows[name] = prior{state: dState[k], attempts: int(dAttempts[k]), wait: time.Duration(dWait[k]) * time.Millisecond}
+			}
+		}
 		e.Status = outbox.StatusPending
 		out = append(out, ce)
 	}
@@ -546,6 +571,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) ([]claimed
 		}
 		args = append(args, x.aggs, x.ids)
 	}
+	args = append(args, r.cons.heldNames())
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
 	br := r.pool.SendBatch(cctx, claimBatch(q, args))
@@ -578,163 +604,6 @@ func claimBatch(q string, args []any) *pgx.Batch {
 	return b
 }
 
-// ackRow is what the ack statement writes for one event.
-type ackRow struct {
-	id        int64
-	part      int32
-	attempts  int    // as claimed
-	outcome   string // dispatched, skipped, retry, failed
-	lastError string
-	delay     time.Duration
-}
-
-// deliver routes the batch, runs the consumers concurrently and turns their
-// outcomes into ack rows (events left untouched get none).
-func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ackRow {
-	nRoutes := len(r.cfg.Routes)
-	// Routes naming the same consumer share one index (the first route's), so
-	// a consumer gets each event once.
-	cidx := make([]int, nRoutes)
-	first := map[string]int{}
-	for ri, rt := range r.cfg.Routes {
-		f, ok := first[rt.Consumer.Name()]
-		if !ok {
-			f = ri
-			first[rt.Consumer.Name()] = ri
-		}
-		cidx[ri] = f
-	}
-	// routed[i] lists the consumer indexes of event i.
-	routed := make([][]int, len(evs))
-	perConsumer := make([][]*outbox.Event, nRoutes)
-	perIndex := make([][]int, nRoutes)
-	for i := range evs {
-		e := &evs[i].ev
-		for ri, rt := range r.cfg.Routes {
-			ci := cidx[ri]
-			if slices.Contains(routed[i], ci) || (rt.Match != nil && !rt.Match(e.EventType, e.AggregateType)) {
-				continue
-			}
-			routed[i] = append(routed[i], ci)
-			perConsumer[ci] = append(perConsumer[ci], e)
-			perIndex[ci] = append(perIndex[ci], i)
-		}
-	}
-
-	// outcomes[ci][k] belongs to event perIndex[ci][k].
-	outcomes := make([][]sink.Outcome, nRoutes)
-	var wg sync.WaitGroup
-	for ci := range perConsumer {
-		if len(perConsumer[ci]) == 0 {
-			continue
-		}
-		wg.Go(func() {
-			cons := r.cfg.Routes[ci].Consumer
-			defer func() {
-				// A consumer bug must not take the relay down: its events are
-				// retried with backoff and end failed with the panic as reason.
-				if p := recover(); p != nil {
-					r.cfg.Logger.Error("relay: consumer panicked", "consumer", cons.Name(), "panic", p)
-					out := make([]sink.Outcome, len(perConsumer[ci]))
-					for i := range out {
-						out[i] = sink.Retryf("panic: %v", p)
-					}
-					outcomes[ci] = out
-				}
-			}()
-			out := cons.Deliver(ctx, perConsumer[ci])
-			if len(out) != len(perConsumer[ci]) {
-				r.cfg.Logger.Error("relay: consumer returned the wrong number of outcomes; treating the batch as not attempted",
-					"consumer", cons.Name(), "events", len(perConsumer[ci]), "outcomes", len(out))
-				out = make([]sink.Outcome, len(perConsumer[ci]))
-			}
-			outcomes[ci] = out
-		})
-	}
-	wg.Wait()
-	byEvent := make([]map[int]sink.Outcome, len(evs))
-	for ci, idx := range perIndex {
-		for k, i := range idx {
-			if byEvent[i] == nil {
-				byEvent[i] = map[int]sink.Outcome{}
-			}
-			byEvent[i][ci] = outcomes[ci][k]
-		}
-	}
-
-	// Per aggregate, in id order: stop at the first event not delivered.
-	stopped := map[string]bool{}
-	acks := make([]ackRow, 0, len(evs))
-	for i := range evs {
-		e := &evs[i].ev
-		key := e.AggregateKey()
-		if key != "" && stopped[key] {
-			bs.Untouched++
-			continue
-		}
-		row := ackRow{id: e.ID, part: evs[i].part, attempts: e.Attempts}
-		if len(routed[i]) == 0 {
-			row.outcome = "skipped"
-			bs.Skipped++
-			acks = append(acks, row)
-			continue
-		}
-		var retry, poison, notAttempted bool
-		var reasons []string
-		var retryAfter time.Duration
-		stale := 0
-		for _, ci := range routed[i] {
-			o := byEvent[i][ci]
-			name := r.cfg.Routes[ci].Consumer.Name()
-			switch o.Kind {
-			case sink.OK:
-			case sink.Stale:
-				stale++
-			case sink.Retry:
-				retry = true
-				retryAfter = max(retryAfter, o.RetryAfter)
-				reasons = append(reasons, name+": "+o.Reason)
-			case sink.Poison:
-				poison = true
-				reasons = append(reasons, name+": "+o.Reason)
-			default:
-				notAttempted = true
-			}
-		}
-		switch {
-		case poison || retry:
-			row.lastError = strings.Join(reasons, "; ")
-			attempts := e.Attempts + 1
-			if poison || attempts >= r.cfg.MaxAttempts {
-				row.outcome = "failed"
-				bs.Failed++
-			} else {
-				row.outcome = "retry"
-				// The consumer's Retry-After, when longer than the backoff.
-				row.delay = max(backoffDelay(r.cfg.Backoff, attempts), retryAfter)
-				bs.Retried++
-			}
-		case notAttempted:
-			bs.Untouched++
-			if key != "" {
-				stopped[key] = true
-			}
-			continue
-		default:
-			row.outcome = "dispatched"
-			bs.Dispatched++
-			if stale > 0 {
-				bs.Stale++
-			}
-		}
-		acks = append(acks, row)
-		if row.outcome != "dispatched" && key != "" {
-			stopped[key] = true
-		}
-	}
-	return acks
-}
-
 // ackArgs are the arguments of the ack statement.
 func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 	n := len(acks)
@@ -744,10 +613,37 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 	outcome := make([]string, n)
 	lastErr := make([]string, n)
 	delay := make([]int64, n)
+	newAttempts := make([]int32, n)
+	var dID, hadRows []int64
+	var dConsumer, dState, dErr []string
+	var dAttempts []int32
+	var dDelay []int64
 	for i, a := range acks {
 		ids[i], parts[i], attempts[i], outcome[i], lastErr[i], delay[i] = a.id, a.part, int32(a.attempts), a.outcome, a.lastError, a.delay.Milliseconds()
+		newAttempts[i] = int32(a.newAttempts)
+		if a.hadRows {
+			hadRows = append(hadRows, a.id)
+		}
+		for _, d := range a.rows {
+			dID = append(dID, a.id)
+			dConsumer = append(dConsumer, d.consumer)
+			dState = append(dState, d.state)
+			dAttempts = append(dAttempts, int32(d.attempts))
+			dErr = append(dErr, d.lastError)
+			dDelay = append(dDelay, d.delay.Milliseconds())
+		}
 	}
-	return []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay}
+	// Empty, not nil: unnest of a NULL array is fine, but = ANY of NULL is
+	// unknown; keep every array typed and present.
+	return []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay, newAttempts,
+		nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows)}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 func (r *Relay) countFenced(n int, affected int64, bs *BatchStats) {
@@ -773,9 +669,10 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 	defer cancel()
 	bo := newWaitBackoff()
 	for {
-		tag, err := r.pool.Exec(actx, r.q.ack, args...)
+		var affected int64
+		err := r.pool.QueryRow(actx, r.q.ack, args...).Scan(&affected)
 		if err == nil {
-			r.countFenced(n, tag.RowsAffected(), bs)
+			r.countFenced(n, affected, bs)
 			return nil
 		}
 		d := bo.NextBackOff()

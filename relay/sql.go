@@ -16,8 +16,17 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 // claimSQL reads the next deliverable events: pending, available_at <=
 // now(), in the owned partitions ($1; the filter is left out when the relay
 // owns every partition), in id order, at most {batch}, without the events
-// that sit behind a blocker of their aggregate: an earlier failed event, or an
-// earlier pending one whose available_at lies in the future.
+// that sit behind a blocker of their aggregate for every consumer, and
+// without the events whose consumers diverged (delivery rows) when none of
+// the consumers that still owe them can take them now.
+//
+// Blockers (docs/consumers.md): an earlier event without delivery rows that
+// is failed, or pending with available_at in the future, blocks every
+// consumer (blocker); an earlier event whose delivery row for consumer C is
+// failed or waits for its own retry blocks C only (cblocker). Each row
+// carries its own delivery rows (consumers, states, attempts, ms until
+// available) and the consumers blocked before it, so that the relay hands it
+// only to the consumers that may have it.
 //
 // Why that is exactly "deliverable": every other undelivered event before an
 // event of the same aggregate is pending and available, so it has a smaller
@@ -28,12 +37,15 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 // aggregate, for coalescing.
 //
 // The candidates come from ix_outbox_event_pending_id in id order; the
-// blockers through the small failed index and the tail of the spec's pending
-// index, so they cost what is blocked. Filtering them before the LIMIT keeps a
-// blocked aggregate with a long tail from starving the others.
+// blockers through the small failed index, the tail of the spec's pending
+// index and the open delivery rows, so they cost what is blocked. Filtering
+// them before the LIMIT keeps a blocked aggregate with a long tail from
+// starving the others. With no delivery rows (one consumer, or every
+// consumer succeeding at once) the per-consumer parts are probes of an
+// empty index.
 const claimSQL = blockerCTE + `
 SELECT ` + eventColumns + `
-FROM {s}.aa_outbox_event e
+FROM {s}.aa_outbox_event e` + deliveryJoin + `
 WHERE e.status = 'pending' AND e.available_at <= now()
   {partition_filter}` + notBlocked + `
 ORDER BY e.id
@@ -51,13 +63,36 @@ WITH blocker AS (
 	        -- ix_outbox_event_pending to (pending, now()) instead of reading it
 	        -- whole (PostgreSQL drops status = 'pending' as redundant).
 	        AND status >= (SELECT 'pending'::{s}.outbox_status)) b
+	WHERE NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery d WHERE d.event_id = b.id)
 	GROUP BY aggregate_type, aggregate_id
+),
+cblocker AS (
+	SELECT aggregate_type, aggregate_id, consumer, min(event_id) AS first_id
+	FROM {s}.aa_outbox_delivery
+	WHERE state <> 'done' AND aggregate_id IS NOT NULL AND (state = 'failed' OR available_at > now())
+	GROUP BY aggregate_type, aggregate_id, consumer
 )`
+
+// deliveryJoin adds an event's delivery rows (NULL arrays when there are
+// none) and the consumers blocked before it.
+const deliveryJoin = `
+LEFT JOIN LATERAL (
+	SELECT array_agg(d.consumer) AS d_consumer, array_agg(d.state) AS d_state,
+	       array_agg(d.attempts) AS d_attempts,
+	       array_agg((extract(epoch FROM d.available_at - now()) * 1000)::bigint) AS d_wait_ms
+	FROM {s}.aa_outbox_delivery d WHERE d.event_id = e.id) d ON true`
 
 const notBlocked = `
   AND NOT EXISTS (SELECT 1 FROM blocker b
                   WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
-                    AND b.first_id < e.id)`
+                    AND b.first_id < e.id)
+  AND (d.d_consumer IS NULL OR EXISTS (
+        SELECT 1 FROM {s}.aa_outbox_delivery x
+        WHERE x.event_id = e.id AND x.state = 'pending' AND x.available_at <= now()
+          AND x.consumer <> ALL({paused}::text[])
+          AND NOT EXISTS (SELECT 1 FROM cblocker cb
+                          WHERE cb.consumer = x.consumer AND cb.aggregate_type = e.aggregate_type
+                            AND cb.aggregate_id = e.aggregate_id AND cb.first_id < e.id)))`
 
 // claimBehindSQL is the claim made while batches are still unacked (being
 // delivered, or their ack in flight). It leaves them out: every event of
@@ -80,23 +115,36 @@ FROM (SELECT * FROM {s}.aa_outbox_event e
       WHERE e.status = 'pending' AND e.available_at <= now()
         {partition_filter}
       ORDER BY e.id
-      LIMIT {window}) e
+      LIMIT {window}) e` + deliveryJoin + `
 WHERE (e.aggregate_id IS NULL OR e.aggregate_id <> ALL({p1}::uuid[]))
   AND e.id <> ALL({p2}::bigint[])` + notBlocked + `
 ORDER BY e.id
 LIMIT {batch}`
 
-// eventColumns is what a claim reads of an event, its partition first.
+// eventColumns is what a claim reads of an event, its partition first, its
+// delivery rows and blocked consumers last.
 const eventColumns = partitionExpr + ` AS part,
        e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
        e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
-       e.available_at, e.created_at, e.created_by`
+       e.available_at, e.created_at, e.created_by,
+       d.d_consumer, d.d_state, d.d_attempts, d.d_wait_ms,
+       CASE WHEN e.aggregate_id IS NULL THEN NULL ELSE ARRAY(
+           SELECT cb.consumer FROM cblocker cb
+           WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id
+             AND cb.first_id < e.id) END AS blocked`
 
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
 // events whose partition the acker ($1) still holds with the epoch it claimed
 // under ($2/$3 partitions/epochs) and that are still pending with the
 // attempts they were claimed with (so applying an ack twice changes nothing).
+//
+// Per event ($4…$10): the outbox row's new status (retry and pending both
+// mean pending, available after delay_ms), attempts and last_error (empty:
+// kept). Per (event, consumer) ($11…$16): the delivery rows to write, only
+// for events whose consumers went different ways; they are written only for
+// events whose outbox row was updated, and the rows of events dispatched now
+// ($17: the ids that had rows) are deleted.
 const ackSQL = `
 WITH lease AS (
 	SELECT l.partition FROM {s}.aa_relay_lease l
@@ -105,18 +153,66 @@ WITH lease AS (
 	FOR SHARE
 ),
 o AS (
-	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::text[], $8::text[], $9::bigint[])
-	         AS o(id, part, attempts, outcome, last_error, delay_ms)
+	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::text[], $8::text[], $9::bigint[], $10::int[])
+	         AS o(id, part, attempts, outcome, last_error, delay_ms, new_attempts)
 	WHERE o.part IN (SELECT partition FROM lease)
+),
+upd AS (
+	UPDATE {s}.aa_outbox_event e SET
+		status = (CASE WHEN o.outcome IN ('retry', 'pending') THEN 'pending' ELSE o.outcome END)::{s}.outbox_status,
+		attempts = o.new_attempts,
+		last_error = CASE WHEN o.last_error <> '' THEN o.last_error ELSE e.last_error END,
+		available_at = CASE WHEN o.outcome IN ('retry', 'pending') THEN now() + o.delay_ms * interval '1 millisecond' ELSE e.available_at END,
+		dispatched_at = CASE WHEN o.outcome = 'dispatched' THEN now() ELSE e.dispatched_at END
+	FROM o
+	WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts
+	RETURNING e.id, o.outcome, e.aggregate_type, e.aggregate_id
+),
+ins AS (
+	INSERT INTO {s}.aa_outbox_delivery AS t
+		(event_id, consumer, aggregate_type, aggregate_id, state, attempts, last_error, available_at, delivered_at, updated_at)
+	SELECT d.id, d.consumer, u.aggregate_type, u.aggregate_id, d.state, d.attempts, nullif(d.last_error, ''),
+	       now() + d.delay_ms * interval '1 millisecond', CASE WHEN d.state = 'done' THEN now() END, now()
+	FROM unnest($11::bigint[], $12::text[], $13::text[], $14::int[], $15::text[], $16::bigint[])
+	         AS d(id, consumer, state, attempts, last_error, delay_ms)
+	JOIN upd u ON u.id = d.id AND u.outcome NOT IN ('dispatched', 'skipped')
+	ON CONFLICT (event_id, consumer) DO UPDATE SET
+		state = excluded.state, attempts = excluded.attempts,
+		last_error = coalesce(excluded.last_error, t.last_error),
+		available_at = excluded.available_at,
+		delivered_at = coalesce(t.delivered_at, excluded.delivered_at), updated_at = now()
+),
+del AS (
+	DELETE FROM {s}.aa_outbox_delivery x USING upd u
+	WHERE x.event_id = u.id AND u.outcome = 'dispatched' AND x.event_id = ANY($17::bigint[])
 )
-UPDATE {s}.aa_outbox_event e SET
-	status = (CASE o.outcome WHEN 'retry' THEN 'pending' ELSE o.outcome END)::{s}.outbox_status,
-	attempts = e.attempts + CASE WHEN o.outcome IN ('retry', 'failed') THEN 1 ELSE 0 END,
-	last_error = CASE WHEN o.outcome IN ('retry', 'failed') THEN o.last_error ELSE e.last_error END,
-	available_at = CASE WHEN o.outcome = 'retry' THEN now() + o.delay_ms * interval '1 millisecond' ELSE e.available_at END,
-	dispatched_at = CASE WHEN o.outcome = 'dispatched' THEN now() ELSE e.dispatched_at END
-FROM o
-WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts`
+SELECT count(*) FROM upd`
+
+// Consumer pause statements ($1 is always the consumer).
+const (
+	// pauseSQL marks a consumer paused (keeping the first paused_at) and
+	// schedules its next probe: $3 ms after the first pause, twice as late
+	// after every failed probe, at most $4 ms.
+	pauseSQL = `INSERT INTO {s}.aa_outbox_consumer AS c (consumer, state, paused_at, reason, probes, probe_at, instance, updated_at)
+VALUES ($1, 'paused', now(), $2, 0, now() + $3::bigint * interval '1 millisecond', $5, now())
+ON CONFLICT (consumer) DO UPDATE SET
+	paused_at = CASE WHEN c.state = 'paused' THEN c.paused_at ELSE now() END,
+	probes = CASE WHEN c.state = 'paused' THEN c.probes + 1 ELSE 0 END,
+	probe_at = now() + least($4::float8, $3::float8 * power(2::float8,
+		least(CASE WHEN c.state = 'paused' THEN c.probes + 1 ELSE 0 END, 30)))::bigint * interval '1 millisecond',
+	state = 'paused', reason = $2, instance = $5, updated_at = now()`
+
+	// resumeSQL sets a paused consumer running and wakes every relay.
+	resumeSQL = `WITH r AS (
+	UPDATE {s}.aa_outbox_consumer SET state = 'running', probes = 0, probe_at = NULL, instance = $2, updated_at = now()
+	WHERE consumer = $1 AND state = 'paused' RETURNING 1)
+SELECT pg_notify($3, '') FROM r`
+
+	// consumerStatesSQL reads every consumer's pause state, probe_at as ms
+	// from now (the database's clock).
+	consumerStatesSQL = `SELECT consumer, state = 'paused', coalesce((extract(epoch FROM probe_at - now()) * 1000)::bigint, 0), coalesce(reason, '')
+FROM {s}.aa_outbox_consumer`
+)
 
 // Lease and membership statements. $1 is always the instance id.
 const (
@@ -161,6 +257,7 @@ type queries struct {
 	claimAllBehind, claimOwnedBehind                      string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
+	pause, resume, consumerStates                         string
 }
 
 // newQueries fills in the schema, and the partition count and batch size as
@@ -178,8 +275,13 @@ func newQueries(schema string, partitions, batch int) queries {
 			filter = "AND " + partitionExpr + " = ANY($1::int[])"
 			first = 2
 		}
+		paused := first
+		if behind {
+			paused = first + 2
+		}
 		q = strings.NewReplacer("{partition_filter}", filter,
-			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1)).Replace(q)
+			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1),
+			"{paused}", "$"+strconv.Itoa(paused)).Replace(q)
 		return r.Replace(q)
 	}
 	return queries{
@@ -197,5 +299,8 @@ func newQueries(schema string, partitions, batch int) queries {
 		acquire:             r.Replace(acquireSQL),
 		release:             r.Replace(releaseSQL),
 		leave:               r.Replace(leaveSQL),
+		pause:               r.Replace(pauseSQL),
+		resume:              r.Replace(resumeSQL),
+		consumerStates:      r.Replace(consumerStatesSQL),
 	}
 }

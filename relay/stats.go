@@ -15,6 +15,9 @@ type BatchStats struct {
 	Failed     int // failed (poison, or attempts exhausted)
 	Skipped    int // no route wanted the event
 	Untouched  int // behind a non-delivered event of its aggregate, or not attempted
+	// Split counts events whose consumers went different ways (some have
+	// it, some not yet): they got delivery rows.
+	Split  int
 	Fenced     int // outcomes not written because the partition lease was lost
 
 	// Pipelined says the batch was claimed while the previous one was

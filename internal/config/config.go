@@ -80,6 +80,19 @@ type Relay struct {
 	MaxAttempts int `yaml:"max_attempts"`
 	// Backoff moves available_at after a failed delivery.
 	Backoff Backoff `yaml:"backoff"`
+	// Pause says how a paused consumer (one that cannot deliver at all: its
+	// engine, endpoint or server is down) is probed.
+	Pause Pause `yaml:"pause"`
+}
+
+// Pause is the probing of a paused consumer: the first probe after
+// ProbeInitial, each next one twice as late, never later than ProbeMax.
+type Pause struct {
+	// ProbeInitial is the delay before the first probe. Default 1s.
+	ProbeInitial time.Duration `yaml:"probe_initial"`
+	// ProbeMax caps the delay between probes, so a consumer resumes at most
+	// this long after it came back. Default 30s.
+	ProbeMax time.Duration `yaml:"probe_max"`
 }
 
 // Backoff is exponential with jitter and a cap.
@@ -311,6 +324,8 @@ func (c *Config) setDefaults() {
 	r.Backoff.Max = cmp.Or(r.Backoff.Max, 10*time.Minute)
 	r.Backoff.Multiplier = cmp.Or(r.Backoff.Multiplier, 2)
 	r.Backoff.Jitter = cmp.Or(r.Backoff.Jitter, 0.2)
+	r.Pause.ProbeInitial = cmp.Or(r.Pause.ProbeInitial, time.Second)
+	r.Pause.ProbeMax = cmp.Or(r.Pause.ProbeMax, 30*time.Second)
 	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
@@ -377,6 +392,10 @@ func (c *Config) Validate() error {
 	}
 	if r.Backoff.Jitter < 0 || r.Backoff.Jitter >= 1 {
 		v.add("relay.backoff.jitter", "must be in [0, 1)")
+	}
+	v.positiveDur("relay.pause.probe_initial", r.Pause.ProbeInitial)
+	if r.Pause.ProbeMax < r.Pause.ProbeInitial {
+		v.add("relay.pause.probe_max", "must not be smaller than relay.pause.probe_initial")
 	}
 	if _, _, err := splitHostPort(c.HTTP.Listen); err != nil {
 		v.add("http.listen", err.Error())

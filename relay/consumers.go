@@ -1,0 +1,251 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// consumers is the relay's set of distinct consumers (routes naming the same
+// consumer share it) and its view of their pause state, which lives in
+// aa_outbox_consumer so that every relay pauses and resumes a consumer
+// together (docs/consumers.md).
+type consumers struct {
+	r    *Relay
+	list []sink.Consumer // index = consumer index
+	// ofRoute[ri] is the consumer index of route ri.
+	ofRoute []int
+
+	mu    sync.Mutex
+	state []pauseState // by consumer index
+}
+
+// pauseState is one consumer's pause as this relay knows it.
+type pauseState struct {
+	paused bool
+	// probing: a consumer without Probe whose probe is due; it is given
+	// events again, and its next answer resumes or pauses it.
+	probing bool
+	// probeAt is when the next probe is due (local clock).
+	probeAt time.Time
+	// probeRunning: a Probe call is under way.
+	probeRunning bool
+	since        time.Time
+	reason       string
+}
+
+func newConsumers(r *Relay) *consumers {
+	c := &consumers{r: r, ofRoute: make([]int, len(r.cfg.Routes))}
+	byName := map[string]int{}
+	for ri, rt := range r.cfg.Routes {
+		ci, ok := byName[rt.Consumer.Name()]
+		if !ok {
+			ci = len(c.list)
+			byName[rt.Consumer.Name()] = ci
+			c.list = append(c.list, rt.Consumer)
+		}
+		c.ofRoute[ri] = ci
+	}
+	c.state = make([]pauseState, len(c.list))
+	return c
+}
+
+// name is the name of consumer ci.
+func (c *consumers) name(ci int) string { return c.list[ci].Name() }
+
+// held reports whether consumer ci must not be given events now.
+func (c *consumers) held(ci int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &c.state[ci]
+	return s.paused && !s.probing
+}
+
+// paused reports whether consumer ci is paused (probing or not).
+func (c *consumers) paused(ci int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state[ci].paused
+}
+
+// heldNames lists the consumers that must not be given events now, for the
+// claim (which leaves out events that only they still owe).
+func (c *consumers) heldNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []string{}
+	for ci, s := range c.state {
+		if s.paused && !s.probing {
+			out = append(out, c.list[ci].Name())
+		}
+	}
+	return out
+}
+
+// pause records that consumer ci cannot deliver (reason) and schedules its
+// next probe; every relay stops giving it events within a second.
+func (c *consumers) pause(ctx context.Context, ci int, reason string) {
+	cfg := &c.r.cfg
+	c.mu.Lock()
+	s := &c.state[ci]
+	first := !s.paused
+	s.paused, s.probing, s.reason = true, false, reason
+	if first {
+		s.since = time.Now()
+		s.probeAt = time.Now().Add(cfg.Pause.ProbeInitial)
+	}
+	c.mu.Unlock()
+	if first {
+		cfg.Logger.Warn("relay: consumer unavailable; paused, probing it (no event's attempts move, none is marked failed for this)",
+			"consumer", c.name(ci), "reason", reason, "probe_in", cfg.Pause.ProbeInitial)
+	} else {
+		cfg.Logger.Debug("relay: consumer still unavailable", "consumer", c.name(ci), "reason", reason)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := c.r.pool.Exec(pctx, c.r.q.pause, c.name(ci), reason, cfg.Pause.ProbeInitial.Milliseconds(),
+		cfg.Pause.ProbeMax.Milliseconds(), cfg.InstanceID); err != nil {
+		cfg.Logger.Warn("relay: record consumer pause", "consumer", c.name(ci), "error", err)
+	}
+	c.refresh(pctx)
+}
+
+// resume sets consumer ci running (its probe or a delivery succeeded) and
+// wakes the relay; the others read it within a second.
+func (c *consumers) resume(ctx context.Context, ci int, why string) {
+	cfg := &c.r.cfg
+	c.mu.Lock()
+	s := &c.state[ci]
+	was, since := s.paused, s.since
+	*s = pauseState{}
+	c.mu.Unlock()
+	if was {
+		cfg.Logger.Info("relay: consumer available again; resumed", "consumer", c.name(ci), "how", why,
+			"paused_for", time.Since(since).Round(time.Millisecond))
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := c.r.pool.Exec(rctx, c.r.q.resume, c.name(ci), cfg.InstanceID, outbox.Channel(cfg.Schema)); err != nil {
+		cfg.Logger.Warn("relay: record consumer resume", "consumer", c.name(ci), "error", err)
+	}
+	c.r.Wake()
+}
+
+// refresh reads the pause states of aa_outbox_consumer: a pause or resume
+// by another relay, and the probe times.
+func (c *consumers) refresh(ctx context.Context) error {
+	rows, err := c.r.pool.Query(ctx, c.r.q.consumerStates)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	type row struct {
+		paused  bool
+		probeMs int64
+		reason  string
+	}
+	got := map[string]row{}
+	for rows.Next() {
+		var name string
+		var x row
+		if err := rows.Scan(&name, &x.paused, &x.probeMs, &x.reason); err != nil {
+			return err
+		}
+		got[name] = x
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	wake := false
+	c.mu.Lock()
+	for ci := range c.list {
+		s := &c.state[ci]
+		x := got[c.name(ci)]
+		switch {
+		case x.paused && !s.paused:
+			s.paused, s.since, s.reason = true, now, x.reason
+			c.r.cfg.Logger.Info("relay: consumer paused by another relay", "consumer", c.name(ci), "reason", x.reason)
+		case !x.paused && s.paused:
+			*s = pauseState{}
+			wake = true
+			c.r.cfg.Logger.Info("relay: consumer resumed by another relay", "consumer", c.name(ci))
+		}
+		if s.paused {
+			s.probeAt = now.Add(time.Duration(x.probeMs) * time.Millisecond)
+		}
+	}
+	c.mu.Unlock()
+	if wake {
+		c.r.Wake()
+	}
+	return nil
+}
+
+// run keeps the pause states current and probes paused consumers when their
+// probe is due, until ctx is done.
+func (c *consumers) run(ctx context.Context) {
+	if len(c.list) == 0 {
+		return
+	}
+	every := min(c.r.cfg.PollInterval, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		if err := c.refresh(ctx); err != nil && ctx.Err() == nil {
+			c.r.cfg.Logger.Debug("relay: read consumer states", "error", err)
+		}
+		now := time.Now()
+		for ci := range c.list {
+			c.mu.Lock()
+			s := &c.state[ci]
+			due := s.paused && !s.probing && !s.probeRunning && !now.Before(s.probeAt)
+			prober, isProber := c.list[ci].(sink.Prober)
+			if due {
+				if isProber {
+					s.probeRunning = true
+				} else {
+					// Its next batch is the probe.
+					s.probing = true
+				}
+			}
+			c.mu.Unlock()
+			switch {
+			case due && isProber:
+				wg.Go(func() { c.probe(ctx, ci, prober) })
+			case due:
+				c.r.Wake()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe asks a paused consumer whether it could deliver again.
+func (c *consumers) probe(ctx context.Context, ci int, p sink.Prober) {
+	defer func() {
+		c.mu.Lock()
+		c.state[ci].probeRunning = false
+		c.mu.Unlock()
+	}()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := p.Probe(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		c.pause(ctx, ci, "probe: "+err.Error())
+		return
+	}
+	c.resume(ctx, ci, "probe succeeded")
+}

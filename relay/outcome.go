@@ -1,0 +1,355 @@
+package relay
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+)
+
+// Delivery row states (aa_outbox_delivery.state).
+const (
+	rowDone    = "done"
+	rowPending = "pending"
+	rowFailed  = "failed"
+)
+
+// prior is what the claim read of one consumer's delivery row of an event.
+type prior struct {
+	state    string // rowDone, rowPending, rowFailed
+	attempts int
+	wait     time.Duration // pending: how long until it is available (<= 0: now)
+}
+
+// ackRow is what the ack statement writes for one event: the outbox row,
+// and the delivery rows when its consumers went different ways.
+type ackRow struct {
+	id          int64
+	part        int32
+	attempts    int    // as claimed (the ack's guard)
+	newAttempts int    // written
+	outcome     string // dispatched, skipped, retry, failed, pending
+	lastError   string // empty: kept
+	delay       time.Duration
+	// hadRows: the event had delivery rows (they are deleted when it is
+	// dispatched now); rows are the delivery rows to write.
+	hadRows bool
+	rows    []deliveryRow
+}
+
+// deliveryRow is one consumer's delivery row to write.
+type deliveryRow struct {
+	consumer  string
+	state     string
+	attempts  int
+	lastError string
+	delay     time.Duration
+}
+
+// result is what one event's delivery did for one routed consumer.
+type result struct {
+	state     string // rowDone, rowPending, rowFailed
+	attempts  int
+	lastError string
+	delay     time.Duration // pending: until it may be tried again
+	changed   bool          // differs from what was claimed
+	// held: not given to the consumer because it is paused or blocked by an
+	// earlier event of its own: a new delivery row keeps the event out of
+	// claims until that consumer can move.
+	held  bool
+	stale bool
+	// newRow: the consumer has no delivery row yet (written when the
+	// event's consumers diverge).
+	newRow bool
+}
+
+// consumerAnswer is what one consumer said about its events of a batch.
+type consumerAnswer struct {
+	out       []sink.Outcome // by position in its event list
+	delivered bool           // at least one OK or Stale
+	// unavailable: the first Unavailable reason, when the consumer
+	// delivered nothing (it is then paused).
+	unavailable string
+}
+
+// deliver routes the batch, runs the consumers concurrently, records pauses
+// and resumes, and turns the answers into ack rows (events left untouched
+// get none).
+func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ackRow {
+	cs := r.cons
+	nc := len(cs.list)
+	held := make([]bool, nc)
+	for ci := range held {
+		held[ci] = cs.held(ci)
+	}
+
+	// routed[i] lists the consumer indexes of event i; given[i] the ones it
+	// is handed to now (per consumer: not done or parked for it, not blocked
+	// before it, available, consumer not held).
+	routed := make([][]int, len(evs))
+	given := make([][]int, len(evs))
+	perConsumer := make([][]*outbox.Event, nc)
+	perIndex := make([][]int, nc)
+	for i := range evs {
+		ce := &evs[i]
+		e := &ce.ev
+		for ri, rt := range r.cfg.Routes {
+			ci := cs.ofRoute[ri]
+			if slices.Contains(routed[i], ci) || (rt.Match != nil && !rt.Match(e.EventType, e.AggregateType)) {
+				continue
+			}
+			routed[i] = append(routed[i], ci)
+			name := cs.name(ci)
+			if p, ok := ce.rows[name]; ok && (p.state != rowPending || p.wait > 0) {
+				continue
+			}
+			if held[ci] || slices.Contains(ce.blocked, name) {
+				continue
+			}
+			given[i] = append(given[i], ci)
+			perConsumer[ci] = append(perConsumer[ci], e)
+			perIndex[ci] = append(perIndex[ci], i)
+		}
+	}
+
+	answers := make([]consumerAnswer, nc)
+	var wg sync.WaitGroup
+	for ci := range perConsumer {
+		if len(perConsumer[ci]) == 0 {
+			continue
+		}
+		wg.Go(func() { answers[ci] = r.callConsumer(ctx, ci, perConsumer[ci]) })
+	}
+	wg.Wait()
+
+	// A delivery cut short by the lease deadline or a stop says nothing
+	// about the consumers: nothing is paused and what did not get through
+	// is untouched.
+	cut := context.Cause(ctx) != nil
+	byEvent := make([]map[int]sink.Outcome, len(evs))
+	for ci, idx := range perIndex {
+		a := &answers[ci]
+		for k, i := range idx {
+			o := a.out[k]
+			if cut && !o.Kind.Delivered() {
+				o = sink.Outcome{}
+			}
+			if byEvent[i] == nil {
+				byEvent[i] = make(map[int]sink.Outcome, len(given[i]))
+			}
+			byEvent[i][ci] = o
+		}
+	}
+	if !cut {
+		for ci := range answers {
+			a := &answers[ci]
+			switch {
+			case a.unavailable != "":
+				cs.pause(ctx, ci, a.unavailable)
+				held[ci] = true
+			case a.delivered && cs.paused(ci):
+				cs.resume(ctx, ci, "a delivery succeeded")
+			}
+		}
+	}
+
+	acks := make([]ackRow, 0, len(evs))
+	for i := range evs {
+		if row, ok := r.eventAck(&evs[i], routed[i], byEvent[i], answers, held, bs); ok {
+			acks = append(acks, row)
+		}
+	}
+	return acks
+}
+
+// callConsumer delivers one consumer's events of a batch.
+func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (a consumerAnswer) {
+	cons := r.cons.list[ci]
+	defer func() {
+		// A consumer bug must not take the relay down: its events are
+		// retried with backoff and end failed with the panic as reason.
+		if p := recover(); p != nil {
+			r.cfg.Logger.Error("relay: consumer panicked", "consumer", cons.Name(), "panic", p)
+			a = consumerAnswer{out: make([]sink.Outcome, len(evs))}
+			for i := range a.out {
+				a.out[i] = sink.Retryf("panic: %v", p)
+			}
+		}
+	}()
+	out := cons.Deliver(ctx, evs)
+	if len(out) != len(evs) {
+		r.cfg.Logger.Error("relay: consumer returned the wrong number of outcomes; treating the batch as not attempted",
+			"consumer", cons.Name(), "events", len(evs), "outcomes", len(out))
+		out = make([]sink.Outcome, len(evs))
+	}
+	a.out = out
+	first := ""
+	for _, o := range out {
+		if o.Kind.Delivered() {
+			a.delivered = true
+		}
+		if o.Kind == sink.Unavailable && first == "" {
+			first = o.Reason
+		}
+	}
+	if !a.delivered {
+		a.unavailable = first
+	}
+	return a
+}
+
+// eventAck decides what one event's answers do to its rows. It returns false
+// when nothing is to be written.
+func (r *Relay) eventAck(ce *claimed, routed []int, answers map[int]sink.Outcome, consumers []consumerAnswer, held []bool, bs *BatchStats) (ackRow, bool) {
+	e := &ce.ev
+	row := ackRow{id: e.ID, part: ce.part, attempts: e.Attempts, newAttempts: e.Attempts, hadRows: ce.rows != nil}
+	if len(routed) == 0 {
+		row.outcome = "skipped"
+		bs.Skipped++
+		return row, true
+	}
+	results := make([]result, len(routed))
+	for k, ci := range routed {
+		results[k] = r.consumerResult(ce, ci, answers, consumers[ci], held[ci])
+	}
+
+	allDone, changed, anyHeld, stale := true, false, false, false
+	for _, res := range results {
+		allDone = allDone && res.state == rowDone
+		changed = changed || res.changed
+		anyHeld = anyHeld || res.held
+		stale = stale || res.stale
+	}
+	switch {
+	case allDone:
+		row.outcome = "dispatched"
+		bs.Dispatched++
+		if stale {
+			bs.Stale++
+		}
+		return row, true
+	case !changed && (row.hadRows || !anyHeld):
+		bs.Untouched++
+		return row, false
+	}
+	if !row.hadRows {
+		// Every routed consumer in one changed state: the outbox row alone
+		// says it, as with a single consumer.
+		if uniform(results) && results[0].changed {
+			res := results[0]
+			row.newAttempts, row.lastError = res.attempts, joinErrors(routed, results, r.cons)
+			if res.state == rowFailed {
+				row.outcome = "failed"
+				bs.Failed++
+			} else {
+				row.outcome, row.delay = "retry", maxDelay(results)
+				bs.Retried++
+			}
+			return row, true
+		}
+	}
+	// The consumers went different ways: one delivery row each.
+	anyPending, anyFailed := false, false
+	var delay time.Duration = -1
+	for k, res := range results {
+		row.newAttempts = max(row.newAttempts, res.attempts)
+		switch res.state {
+		case rowPending:
+			anyPending = true
+			if delay < 0 || res.delay < delay {
+				delay = res.delay
+			}
+		case rowFailed:
+			anyFailed = true
+		}
+		if res.changed || res.newRow {
+			row.rows = append(row.rows, deliveryRow{consumer: r.cons.name(routed[k]), state: res.state,
+				attempts: res.attempts, lastError: res.lastError, delay: max(res.delay, 0)})
+		}
+	}
+	row.lastError = joinErrors(routed, results, r.cons)
+	bs.Split++
+	switch {
+	case anyPending:
+		row.outcome, row.delay = "pending", max(delay, 0)
+	case anyFailed:
+		row.outcome = "failed"
+		bs.Failed++
+	}
+	return row, true
+}
+
+// consumerResult is what the batch did to event ce for consumer ci.
+func (r *Relay) consumerResult(ce *claimed, ci int, answers map[int]sink.Outcome, a consumerAnswer, held bool) result {
+	e := &ce.ev
+	name := r.cons.name(ci)
+	p, hasRow := ce.rows[name]
+	if !hasRow {
+		p = prior{state: rowPending, attempts: e.Attempts}
+	}
+	res := result{state: p.state, attempts: p.attempts, delay: max(p.wait, 0), newRow: !hasRow}
+	if p.state != rowPending {
+		return res
+	}
+	o, given := answers[ci]
+	if !given {
+		// Held back: paused, or blocked by an earlier event of its own.
+		res.held = held || slices.Contains(ce.blocked, name)
+		return res
+	}
+	switch o.Kind {
+	case sink.OK, sink.Stale:
+		res.state, res.changed, res.stale, res.delay = rowDone, true, o.Kind == sink.Stale, 0
+	case sink.Poison:
+		res.state, res.attempts, res.lastError, res.changed = rowFailed, p.attempts+1, o.Reason, true
+	case sink.Retry, sink.Unavailable:
+		if o.Kind == sink.Unavailable && !a.delivered {
+			// The consumer is paused for it: not the event's fault.
+			res.held = true
+			return res
+		}
+		res.attempts, res.lastError, res.changed = p.attempts+1, o.Reason, true
+		if res.attempts >= r.cfg.MaxAttempts {
+			res.state = rowFailed
+		} else {
+			// The consumer's Retry-After, when longer than the backoff.
+			res.delay = max(backoffDelay(r.cfg.Backoff, res.attempts), o.RetryAfter)
+		}
+	}
+	return res
+}
+
+// uniform reports whether every consumer ended in the same state with the
+// same attempts.
+func uniform(rs []result) bool {
+	for _, x := range rs[1:] {
+		if x.state != rs[0].state || x.attempts != rs[0].attempts || x.changed != rs[0].changed {
+			return false
+		}
+	}
+	return true
+}
+
+func maxDelay(rs []result) time.Duration {
+	var d time.Duration
+	for _, x := range rs {
+		d = max(d, x.delay)
+	}
+	return d
+}
+
+// joinErrors is last_error of the outbox row: "<consumer>: <reason>" of
+// every consumer that failed or retries it now.
+func joinErrors(routed []int, rs []result, cs *consumers) string {
+	var parts []string
+	for k, x := range rs {
+		if x.changed && x.lastError != "" {
+			parts = append(parts, cs.name(routed[k])+": "+x.lastError)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
