@@ -56,14 +56,6 @@ func newConsumers(r *Relay) *consumers {
 // name is the name of consumer ci.
 func (c *consumers) name(ci int) string { return c.list[ci].Name() }
 
-// held reports whether consumer ci must not be given events now.
-func (c *consumers) held(ci int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := &c.state[ci]
-	return s.paused && !s.probing
-}
-
 // paused reports whether consumer ci is paused (probing or not).
 func (c *consumers) paused(ci int) bool {
 	c.mu.Lock()
@@ -71,18 +63,20 @@ func (c *consumers) paused(ci int) bool {
 	return c.state[ci].paused
 }
 
-// heldNames lists the consumers that must not be given events now, for the
-// claim (which leaves out events that only they still owe).
-func (c *consumers) heldNames() []string {
+// heldNow is the consumers that must not be given events now, by index and
+// by name (for the claim, which leaves out events that only they still owe).
+func (c *consumers) heldNow() ([]bool, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := []string{}
+	held := make([]bool, len(c.list))
+	names := []string{}
 	for ci, s := range c.state {
 		if s.paused && !s.probing {
-			out = append(out, c.list[ci].Name())
+			held[ci] = true
+			names = append(names, c.list[ci].Name())
 		}
 	}
-	return out
+	return held, names
 }
 
 // pause records that consumer ci cannot deliver (reason) and schedules its

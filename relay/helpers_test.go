@@ -127,6 +127,21 @@ type hook struct {
 	name   string
 	url    string
 	client *http.Client
+	// outages: network errors, 429 and 5xx are Unavailable (as the real
+	// webhook consumer says), not Retry.
+	outages bool
+	// epochs records the lease token of every request sent (partition ->
+	// epochs in order).
+	mu     sync.Mutex
+	tokens []token
+}
+
+type token struct {
+	id            int64
+	part          int
+	epoch         int64
+	ok            bool
+	leaseRejected bool
 }
 
 func newHook(name, url string) *hook {
@@ -168,9 +183,24 @@ func (h *hook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
 	if err != nil {
 		return sink.Poisonf("%v", err)
 	}
+	if err := sink.CheckLease(ctx); err != nil {
+		h.mu.Lock()
+		h.tokens = append(h.tokens, token{id: e.ID, leaseRejected: true})
+		h.mu.Unlock()
+		return sink.Outcome{Reason: err.Error()}
+	}
+	if l, ok := sink.LeaseOf(ctx); ok {
+		p, ep, ok := l.Token(e)
+		h.mu.Lock()
+		h.tokens = append(h.tokens, token{id: e.ID, part: p, epoch: ep, ok: ok})
+		h.mu.Unlock()
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	resp, err := h.client.Do(req)
 	if err != nil {
+		if h.outages {
+			return sink.Unavailablef("%v", err)
+		}
 		return sink.Retryf("%v", err)
 	}
 	msg, _ := io.ReadAll(resp.Body)
@@ -178,6 +208,8 @@ func (h *hook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
 	switch s := resp.StatusCode; {
 	case s < 300:
 		return sink.Ok()
+	case h.outages && (s == 429 || s >= 500):
+		return sink.Unavailablef("HTTP %d: %s", s, msg)
 	case s == 408 || s == 429 || s >= 500:
 		return sink.Retryf("HTTP %d: %s", s, msg)
 	default:

@@ -78,14 +78,11 @@ type consumerAnswer struct {
 
 // deliver routes the batch, runs the consumers concurrently, records pauses
 // and resumes, and turns the answers into ack rows (events left untouched
-// get none).
-func (r *Relay) deliver(ctx context.Context, evs []claimed, bs *BatchStats) []ackRow {
+// get none). held is the consumers held back when the batch was claimed.
+func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs *BatchStats) []ackRow {
 	cs := r.cons
 	nc := len(cs.list)
-	held := make([]bool, nc)
-	for ci := range held {
-		held[ci] = cs.held(ci)
-	}
+	held := slices.Clone(claimHeld)
 
 	// routed[i] lists the consumer indexes of event i; given[i] the ones it
 	// is handed to now (per consumer: not done or parked for it, not blocked

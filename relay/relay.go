@@ -243,6 +243,7 @@ type prefetch struct {
 	start time.Time
 	done  chan struct{} // closed when evs, err and took are set
 	evs   []claimed
+	held  []bool
 	err   error
 	took  time.Duration
 }
@@ -274,9 +275,10 @@ type flight struct {
 // never in two batches at once.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	var (
-		c   claimable
-		evs []claimed
-		bs  BatchStats
+		c    claimable
+		evs  []claimed
+		held []bool
+		bs   BatchStats
 	)
 	pipelined := false
 	if p := r.next; p != nil {
@@ -292,7 +294,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			r.skipBehind = 8
 		}
 		if p.err == nil && len(p.evs) > 0 {
-			c, evs, pipelined = p.c, p.evs, true
+			c, evs, held, pipelined = p.c, p.evs, p.held, true
 			bs.Claim, bs.Pipelined = p.took, true
 		} else {
 			r.stats.claimNs.Add(int64(p.took))
@@ -309,7 +311,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			return false, nil
 		}
 		t0 := time.Now()
-		evs, err = r.claim(ctx, c, nil)
+		evs, held, err = r.claim(ctx, c, nil)
 		bs.Claim = time.Since(t0)
 		if err != nil {
 			r.syncInflight()
@@ -327,7 +329,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	// only a full claim can tell that the outbox is drained.
 	full = pipelined || len(evs) >= r.cfg.BatchSize
 
-	r.startDelivery(ctx, c, evs, bs)
+	r.startDelivery(ctx, c, evs, held, bs)
 	if full && ctx.Err() == nil {
 		if r.skipBehind > 0 {
 			r.skipBehind--
@@ -357,7 +359,7 @@ func (r *Relay) claimedAt(t time.Time) {
 }
 
 // startDelivery hands a batch to the consumers in the background.
-func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, bs BatchStats) {
+func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, held []bool, bs BatchStats) {
 	f := &flight{c: c, evs: evs, bs: bs, delivered: make(chan struct{})}
 	r.window = append(r.window, f)
 	r.syncInflight()
@@ -373,7 +375,7 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, b
 		defer close(f.delivered)
 		t := time.Now()
 		if lease.Check() == nil {
-			f.acks = r.deliver(dctx, f.evs, &f.bs)
+			f.acks = r.deliver(dctx, f.evs, held, &f.bs)
 		} else {
 			f.bs.Untouched += len(f.evs)
 		}
@@ -419,7 +421,7 @@ func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *pref
 	p := &prefetch{c: c, start: time.Now(), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.evs, p.err = r.claim(ctx, c, x)
+		p.evs, p.held, p.err = r.claim(ctx, c, x)
 		p.took = time.Since(p.start)
 	}()
 	return p
@@ -557,7 +559,13 @@ func excluding(batches ...[]claimed) *exclusion {
 
 // claim reads the next deliverable events of the claimable partitions, in id
 // order (see claimSQL), leaving out x (nil: nothing).
-func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) ([]claimed, error) {
+//
+// held is the consumers (by index) that were held back when the claim was
+// made: the claim leaves out the events that only they still owe, so the
+// batch must not be handed to them even if they resume before it is
+// delivered (a later event of an aggregate may be in the batch without the
+// earlier one a held consumer still owes).
+func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) (evs []claimed, held []bool, err error) {
 	r.stats.claims.Add(1)
 	q, args := r.q.claimAll, []any{}
 	if !c.all {
@@ -571,23 +579,24 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) ([]claimed
 		}
 		args = append(args, x.aggs, x.ids)
 	}
-	args = append(args, r.cons.heldNames())
+	held, names := r.cons.heldNow()
+	args = append(args, names)
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
 	br := r.pool.SendBatch(cctx, claimBatch(q, args))
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	evs, err := scanEvents(rows)
+	evs, err = scanEvents(rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return evs, br.Close()
+	return evs, held, br.Close()
 }
 
 // claimBatch runs a claim statement with sorts disabled for its

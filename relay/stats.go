@@ -18,7 +18,7 @@ type BatchStats struct {
 	// Split counts events whose consumers went different ways (some have
 	// it, some not yet): they got delivery rows.
 	Split  int
-	Fenced     int // outcomes not written because the partition lease was lost
+	Fenced int // outcomes not written because the partition lease was lost
 
 	// Pipelined says the batch was claimed while the previous one was
 	// delivered (see the package doc).
