@@ -512,31 +512,35 @@ func summarise(e *Event, ds []Delivery) {
 // apply writes the plan; every statement must change exactly the rows the
 // plan expects, or nothing is done.
 func (a *Admin) apply(ctx context.Context, tx pgx.Tx, action string, p *plan) error {
-	exec := func(what string, want int, sql string, args ...any) error {
-		if want == 0 {
-			return nil
-		}
-		tag, err := tx.Exec(ctx, sql, args...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if int(tag.RowsAffected()) != want {
-			return fmt.Errorf("%s: %d of %d locked rows changed; nothing done", what, tag.RowsAffected(), want)
-		}
-		return nil
-	}
 	rowsSQL, rowsWhat := a.q.ackDeliveries, "acknowledge delivery rows"
 	if action == "retry" {
 		rowsSQL, rowsWhat = a.q.retryDeliveries, "retry delivery rows"
 	}
-	return cmp.Or(
-		exec(fmt.Sprintf("retry %d events", len(p.retryWhole)), len(p.retryWhole), a.q.retry, p.retryWhole),
-		exec(rowsWhat, len(p.rowIDs), rowsSQL, p.rowIDs, p.rowConsumers),
-		exec("split events into delivery rows", len(p.insIDs), a.q.insertDeliveries, p.insIDs, p.insConsumers, p.insStates, p.insAttempts, p.insErrors),
-		exec("summarise events", len(p.summarise), a.q.summarise, p.summarise),
-		exec(fmt.Sprintf("ack %d events", len(p.deleteWhole)), len(p.deleteWhole), a.q.ack, p.deleteWhole),
-		exec("delete finished events", len(p.deleteFinished), a.q.finish, p.deleteFinished),
-	)
+	for _, st := range []struct {
+		what string
+		want int
+		sql  string
+		args []any
+	}{
+		{fmt.Sprintf("retry %d events", len(p.retryWhole)), len(p.retryWhole), a.q.retry, []any{p.retryWhole}},
+		{rowsWhat, len(p.rowIDs), rowsSQL, []any{p.rowIDs, p.rowConsumers}},
+		{"split events into delivery rows", len(p.insIDs), a.q.insertDeliveries, []any{p.insIDs, p.insConsumers, p.insStates, p.insAttempts, p.insErrors}},
+		{"summarise events", len(p.summarise), a.q.summarise, []any{p.summarise}},
+		{fmt.Sprintf("ack %d events", len(p.deleteWhole)), len(p.deleteWhole), a.q.ack, []any{p.deleteWhole}},
+		{"delete finished events", len(p.deleteFinished), a.q.finish, []any{p.deleteFinished}},
+	} {
+		if st.want == 0 {
+			continue
+		}
+		tag, err := tx.Exec(ctx, st.sql, st.args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", st.what, err)
+		}
+		if int(tag.RowsAffected()) != st.want {
+			return fmt.Errorf("%s: %d of %d locked rows changed; nothing done", st.what, tag.RowsAffected(), st.want)
+		}
+	}
+	return nil
 }
 
 func auditParams(f Filter, statuses []string, opts ChangeOptions) map[string]any {
