@@ -3,7 +3,6 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,7 +19,10 @@ import (
 //
 // Retry (failed → pending) sets attempts = 0 and available_at = now(): the
 // event gets the full max_attempts again, at once. last_error is kept (it says
-// why the event had failed) until the next attempt overwrites it.
+// why the event had failed) until the next attempt overwrites it. A retry
+// also moves every failed row of the selected events in aa_outbox_delivery
+// (see docs/consumers.md) back to pending the same way, so it selects the
+// events whose outbox row is failed and those with a failed delivery row.
 //
 // Ack (acknowledge by hand) hard-deletes the selected failed and skipped
 // events and records one aa_job row of kind outbox_ack (state succeeded) that
@@ -29,11 +31,41 @@ import (
 // the aa_job row is the record of the acknowledgement. Deleting a failed head
 // unblocks its aggregate: the later events flow on, the acknowledged one is
 // never delivered. Compaction never touches failed or skipped events; ack is
-// the only way they leave the table.
+// the only way they leave the table. Delivery rows go with their event (ON
+// DELETE CASCADE).
 //
-// Both run in one transaction, lock the rows they change (FOR UPDATE), record
-// an aa_job row (outbox_retry / outbox_ack) and NOTIFY the relays. Both refuse
-// a selection that names no ids and no narrowing filter unless it says All.
+// # One consumer (Filter.Consumer)
+//
+// With Filter.Consumer C, list, retry and ack look at what C owes. An event
+// whose consumers diverged has a row per routed consumer in
+// aa_outbox_delivery, and C's row is what counts; an event without delivery
+// rows is C's when it is routed to C (Routing, from the configuration), and
+// its outbox row is C's state (it is shared by every routed consumer).
+//
+//   - list: the events C still owes or parked (C's state pending or failed).
+//   - retry: C's failed rows become pending (attempts 0, available now) and
+//     their outbox rows pending, available now; a failed event without
+//     delivery rows is retried whole, as without a consumer: the relay keeps
+//     its routed consumers' state together there.
+//   - ack: C's failed rows become done (attempts and last_error kept); an event
+//     none of whose rows is then pending or failed is finished and deleted as
+//     an unqualified ack deletes it. A failed event without delivery rows that
+//     is routed to other consumers too is split: C gets a done row, every other
+//     routed consumer a pending one (attempts 0, available now), and the
+//     outbox row turns pending, so the others still get it; routed to C alone,
+//     it is deleted.
+//
+// After a change to delivery rows the outbox row is summarised again as
+// docs/consumers.md says: pending while a row is pending, else failed;
+// attempts the highest of the rows; available_at the earliest of the pending
+// rows. last_error is left as it is.
+//
+// Every change runs in one transaction, locks the events and their delivery
+// rows it changes (FOR UPDATE) and checks them again under the lock, records
+// an aa_job row (outbox_retry / outbox_ack, with the consumer when one was
+// named) and NOTIFY the relays. Each refuses a selection that names no ids
+// and no narrowing filter unless it says All; a consumer alone is not a
+// narrowing filter (`--consumer webhook --all` acts on all of webhook's).
 
 // Job kinds of the operator actions in aa_job.
 const (
@@ -59,8 +91,14 @@ type DB interface {
 
 // Filter selects events. Zero fields do not filter.
 type Filter struct {
-	IDs      []int64
+	IDs []int64
+	// Statuses are outbox row statuses; with Consumer they are the
+	// consumer's states instead (pending or failed: its delivery row's state,
+	// or the outbox row's when the event has no delivery rows).
 	Statuses []Status
+	// Consumer restricts the selection to what this consumer owes or parked
+	// (see "One consumer" above). It needs Admin.WithRouting.
+	Consumer string
 	// EventType and AggregateType are patterns: * matches any run of
 	// characters, ? one character; anything else matches itself.
 	EventType     string
@@ -73,21 +111,23 @@ type Filter struct {
 }
 
 // Narrows reports whether the filter names ids or narrows by anything but
-// status and limit.
+// status, consumer and limit.
 func (f Filter) Narrows() bool {
 	return len(f.IDs) > 0 || f.EventType != "" || f.AggregateType != "" || f.AggregateID != nil ||
 		!f.Since.IsZero() || !f.Until.IsZero()
 }
 
-// args are the filter's positional parameters $1…$8 of filterSQL.
+// args are the filter's positional parameters $1…$7 of filterSQL followed by
+// the limit ($8). With a consumer, the statuses are the consumer's states and
+// do not go into $2.
 func (f Filter) args() []any {
 	var ids []int64
 	if len(f.IDs) > 0 {
 		ids = f.IDs
 	}
 	var statuses []string
-	for _, s := range f.Statuses {
-		statuses = append(statuses, string(s))
+	if f.Consumer == "" {
+		statuses = f.statusStrings()
 	}
 	opt := func(s string) *string {
 		if s == "" {
@@ -109,6 +149,14 @@ func (f Filter) args() []any {
 	return []any{ids, statuses, opt(f.EventType), opt(f.AggregateType), f.AggregateID, optTime(f.Since), optTime(f.Until), limit}
 }
 
+func (f Filter) statusStrings() []string {
+	var out []string
+	for _, s := range f.Statuses {
+		out = append(out, string(s))
+	}
+	return out
+}
+
 // globToLike turns a * / ? pattern into a LIKE pattern (escape \).
 func globToLike(p string) string {
 	var b strings.Builder
@@ -128,16 +176,16 @@ func globToLike(p string) string {
 	return b.String()
 }
 
-// filterSQL is the WHERE clause of every selection; its parameters are
-// Filter.args ($1…$7; $8 is the LIMIT of the statement).
+// filterSQL is the WHERE clause of every selection, on the events aliased e;
+// its parameters are Filter.args ($1…$7; $8 is the LIMIT of the statement).
 const filterSQL = `
-    ($1::bigint[] IS NULL OR id = ANY($1))
-AND ($2::text[] IS NULL OR status::text = ANY($2))
-AND ($3::text IS NULL OR event_type LIKE $3)
-AND ($4::text IS NULL OR aggregate_type LIKE $4)
-AND ($5::uuid IS NULL OR aggregate_id = $5)
-AND ($6::timestamptz IS NULL OR created_at >= $6)
-AND ($7::timestamptz IS NULL OR created_at < $7)`
+    ($1::bigint[] IS NULL OR e.id = ANY($1))
+AND ($2::text[] IS NULL OR e.status::text = ANY($2))
+AND ($3::text IS NULL OR e.event_type LIKE $3)
+AND ($4::text IS NULL OR e.aggregate_type LIKE $4)
+AND ($5::uuid IS NULL OR e.aggregate_id = $5)
+AND ($6::timestamptz IS NULL OR e.created_at >= $6)
+AND ($7::timestamptz IS NULL OR e.created_at < $7)`
 
 const eventColumns = `id, tenant_id, event_type, schema_version, aggregate_type, aggregate_id, audit_log_id,
 correlation_id, payload, status::text, attempts, last_error, available_at, dispatched_at, created_at, created_by`
@@ -172,18 +220,101 @@ FROM blocked b
 ORDER BY b.id
 LIMIT $1`
 
-	listSQL = `SELECT ` + eventColumns + ` FROM {t} WHERE ` + filterSQL + ` ORDER BY id LIMIT $8`
+	listSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + ` ORDER BY id LIMIT $8`
 
-	// selectForChangeSQL is a dry run's selection and the locked selection of
-	// a change; $9 are the statuses the action applies to.
-	selectForChangeSQL = `SELECT ` + eventColumns + ` FROM {t} WHERE ` + filterSQL +
-		` AND status::text = ANY($9) ORDER BY id LIMIT $8`
+	// selectStatusSQL is the selection of an ack (and a dry run's): $9 are the
+	// statuses the action applies to.
+	selectStatusSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL +
+		` AND e.status::text = ANY($9) ORDER BY id LIMIT $8`
+
+	// selectRetrySQL is the selection of an unqualified retry: failed events
+	// and events with a failed delivery row.
+	selectRetrySQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + `
+AND (e.status = 'failed' OR EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state = 'failed'))
+ORDER BY id LIMIT $8`
+
+	// routedPairsSQL lists the (event_type, aggregate_type) pairs of the
+	// events without delivery rows whose status is one of $8: the caller
+	// keeps those routed to the consumer and passes them to selectOwedSQL.
+	routedPairsSQL = `SELECT DISTINCT e.event_type, e.aggregate_type FROM {t} e WHERE ` + filterSQL + `
+AND e.status::text = ANY($8) AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)`
+
+	// selectOwedSQL selects what consumer $9 owes in the states $10: its
+	// delivery rows in those states, and the events without delivery rows in
+	// those statuses whose (event_type, aggregate_type) is one of the routed
+	// pairs ($11, $12).
+	selectOwedSQL = `
+WITH owed AS (
+    SELECT d.event_id AS id FROM {d} d WHERE d.consumer = $9 AND d.state = ANY($10)
+    UNION ALL
+    SELECT o.id FROM {t} o
+    WHERE o.status::text = ANY($10)
+      AND (o.event_type, o.aggregate_type) IN (SELECT * FROM unnest($11::text[], $12::text[]))
+      AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = o.id)
+)
+SELECT ` + eventColumns + ` FROM {t} e WHERE e.id IN (SELECT id FROM owed) AND ` + filterSQL + `
+ORDER BY id LIMIT $8`
+
+	deliveriesSQL = `
+SELECT event_id, consumer, state, attempts, last_error, available_at, delivered_at
+FROM {d} WHERE event_id = ANY($1) ORDER BY event_id, consumer`
 
 	retrySQL = `
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = now()
 WHERE id = ANY($1) AND status = 'failed'`
 
+	// retryDeliveriesSQL and ackDeliveriesSQL change the failed delivery
+	// rows ($1 event ids, $2 consumers, pairwise).
+	retryDeliveriesSQL = `
+UPDATE {d} d SET state = 'pending', attempts = 0, available_at = now(), updated_at = now()
+FROM unnest($1::bigint[], $2::text[]) AS u(event_id, consumer)
+WHERE d.event_id = u.event_id AND d.consumer = u.consumer AND d.state = 'failed'`
+
+	ackDeliveriesSQL = `
+UPDATE {d} d SET state = 'done', updated_at = now()
+FROM unnest($1::bigint[], $2::text[]) AS u(event_id, consumer)
+WHERE d.event_id = u.event_id AND d.consumer = u.consumer AND d.state = 'failed'`
+
+	// insertDeliveriesSQL splits events: one row per (event $1, consumer $2)
+	// in state $3 with attempts $4 and last_error $5, available now.
+	insertDeliveriesSQL = `
+INSERT INTO {d} (event_id, consumer, aggregate_type, aggregate_id, state, attempts, last_error, available_at)
+SELECT u.event_id, u.consumer, e.aggregate_type, e.aggregate_id, u.state, u.attempts, u.last_error, now()
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[]) AS u(event_id, consumer, state, attempts, last_error)
+JOIN {t} e ON e.id = u.event_id`
+
+	// summariseSQL sets the outbox rows of events $1 from their delivery rows
+	// (docs/consumers.md): pending while one is pending, else failed while one
+	// is failed; attempts the highest; available_at the earliest pending one.
+	summariseSQL = `
+UPDATE {t} e SET
+    status = CASE WHEN s.pending THEN 'pending' WHEN s.failed THEN 'failed' ELSE e.status END,
+    attempts = s.attempts,
+    available_at = coalesce(s.next_at, e.available_at)
+FROM (SELECT event_id, bool_or(state = 'pending') AS pending, bool_or(state = 'failed') AS failed,
+             max(attempts) AS attempts, min(available_at) FILTER (WHERE state = 'pending') AS next_at
+      FROM {d} WHERE event_id = ANY($1) GROUP BY event_id) s
+WHERE e.id = s.event_id`
+
 	ackSQL = `DELETE FROM {t} WHERE id = ANY($1) AND status IN ('failed', 'skipped')`
+
+	// finishSQL deletes events whose every delivery row is done after an ack
+	// for one consumer (checked under the lock; their status is not).
+	finishSQL = `DELETE FROM {t} WHERE id = ANY($1)`
+
+	// Per consumer: its open delivery rows, the events without delivery rows
+	// by type (routed in Go), and its pause state.
+	deliveryCountsSQL = `SELECT consumer, state, count(*) FROM {d} WHERE state <> 'done' GROUP BY consumer, state`
+
+	unsplitCountsSQL = `
+SELECT e.event_type, e.aggregate_type, e.status::text, count(*)
+FROM {t} e
+WHERE e.status IN ('pending', 'failed') AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)
+GROUP BY e.event_type, e.aggregate_type, e.status`
+
+	consumerStatesSQL = `
+SELECT consumer, state, paused_at, reason, probes, probe_at, instance, updated_at
+FROM {c} ORDER BY consumer`
 
 	// recordJobSQL records a finished operator action. $1 kind, $2 owner,
 	// $3 params, $4 result.
@@ -194,36 +325,111 @@ RETURNING id`
 )
 
 type adminQueries struct {
-	statusCounts, blocked, list, selectForChange, retry, ack, recordJob, notify string
-	channel                                                                     string
+	statusCounts, blocked, list, selectStatus, selectRetry, routedPairs, selectOwed, deliveries string
+	retry, retryDeliveries, ackDeliveries, insertDeliveries, summarise, ack, finish             string
+	deliveryCounts, unsplitCounts, consumerStates, recordJob, notify                            string
+	channel                                                                                     string
 }
 
 func newAdminQueries(schema string) adminQueries {
 	s := pgx.Identifier{schema}.Sanitize()
-	r := strings.NewReplacer("{t}", s+".aa_outbox_event", "{job}", s+".aa_job")
+	r := strings.NewReplacer("{t}", s+".aa_outbox_event", "{d}", s+".aa_outbox_delivery",
+		"{c}", s+".aa_outbox_consumer", "{job}", s+".aa_job")
 	return adminQueries{
-		statusCounts:    r.Replace(statusCountsSQL),
-		blocked:         r.Replace(blockedSQL),
-		list:            r.Replace(listSQL),
-		selectForChange: r.Replace(selectForChangeSQL),
-		retry:           r.Replace(retrySQL),
-		ack:             r.Replace(ackSQL),
-		recordJob:       r.Replace(recordJobSQL),
-		notify:          `SELECT pg_notify($1, '')`,
-		channel:         Channel(schema),
+		statusCounts:     r.Replace(statusCountsSQL),
+		blocked:          r.Replace(blockedSQL),
+		list:             r.Replace(listSQL),
+		selectStatus:     r.Replace(selectStatusSQL),
+		selectRetry:      r.Replace(selectRetrySQL),
+		routedPairs:      r.Replace(routedPairsSQL),
+		selectOwed:       r.Replace(selectOwedSQL),
+		deliveries:       r.Replace(deliveriesSQL),
+		retry:            r.Replace(retrySQL),
+		retryDeliveries:  r.Replace(retryDeliveriesSQL),
+		ackDeliveries:    r.Replace(ackDeliveriesSQL),
+		insertDeliveries: r.Replace(insertDeliveriesSQL),
+		summarise:        r.Replace(summariseSQL),
+		ack:              r.Replace(ackSQL),
+		finish:           r.Replace(finishSQL),
+		deliveryCounts:   r.Replace(deliveryCountsSQL),
+		unsplitCounts:    r.Replace(unsplitCountsSQL),
+		consumerStates:   r.Replace(consumerStatesSQL),
+		recordJob:        r.Replace(recordJobSQL),
+		notify:           `SELECT pg_notify($1, '')`,
+		channel:          Channel(schema),
 	}
 }
 
 // Admin runs the operator queries on the outbox of one schema.
 type Admin struct {
-	schema string
-	q      adminQueries
+	schema  string
+	q       adminQueries
+	routing *Routing
 }
 
 // NewAdmin returns the operator queries for schema (default "mdm").
 func NewAdmin(schema string) *Admin {
 	schema = cmp.Or(schema, "mdm")
 	return &Admin{schema: schema, q: newAdminQueries(schema)}
+}
+
+// Routing is what the operator actions know of the configuration: the
+// consumers and which events go to each. The outbox package does not read the
+// configuration; the caller builds Routing from it (cmd/searchsync from
+// config.Route.Matches).
+type Routing struct {
+	// Consumers are the configured consumer names.
+	Consumers []string
+	// Routed reports whether events of this type and aggregate type go to
+	// the consumer.
+	Routed func(consumer, eventType, aggregateType string) bool
+}
+
+// routedTo lists the consumers an event of this kind goes to, in the order of
+// Consumers.
+func (r *Routing) routedTo(eventType, aggregateType string) []string {
+	var out []string
+	for _, c := range r.Consumers {
+		if r.Routed(c, eventType, aggregateType) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// WithRouting returns a copy of a that knows the consumers and routes: what
+// Filter.Consumer and the per-consumer status need.
+func (a *Admin) WithRouting(r Routing) *Admin {
+	c := *a
+	r.Consumers = slices.Clone(r.Consumers)
+	c.routing = &r
+	return &c
+}
+
+// UnknownConsumerError is a consumer name that is not configured.
+type UnknownConsumerError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownConsumerError) Error() string {
+	if len(e.Known) == 0 {
+		return fmt.Sprintf("outbox: unknown consumer %q: no consumers are configured", e.Name)
+	}
+	return fmt.Sprintf("outbox: unknown consumer %q; the configured consumers are %s", e.Name, strings.Join(e.Known, ", "))
+}
+
+// CheckConsumer returns nil when name is a configured consumer, an
+// *UnknownConsumerError naming the configured ones when it is not, and an
+// error when a knows no routing (WithRouting).
+func (a *Admin) CheckConsumer(name string) error {
+	if a.routing == nil {
+		return errors.New("outbox: selecting by consumer needs the configured consumers and routes (Admin.WithRouting)")
+	}
+	if !slices.Contains(a.routing.Consumers, name) {
+		return &UnknownConsumerError{Name: name, Known: slices.Clone(a.routing.Consumers)}
+	}
+	return nil
 }
 
 // StatusReport is the state of the outbox.
@@ -241,6 +447,33 @@ type StatusReport struct {
 	// number asked for); BlockedCount counts all of them.
 	Blocked      []BlockedAggregate `json:"blocked"`
 	BlockedCount int64              `json:"blocked_count"`
+	// Consumers has one entry per configured consumer (in configuration
+	// order; empty without WithRouting), then one per consumer that is no
+	// longer configured but still has open delivery rows or a pause row.
+	Consumers []ConsumerStatus `json:"consumers"`
+}
+
+// ConsumerStatus is what one consumer owes and whether it is paused.
+type ConsumerStatus struct {
+	Consumer string `json:"consumer"`
+	// Configured is false for a consumer known only from its rows.
+	Configured bool `json:"configured"`
+	// Pending counts the events it still has to deliver: its pending
+	// delivery rows and the pending events without delivery rows routed to
+	// it. Failed counts the events parked for it: its failed delivery rows
+	// and the failed events without delivery rows routed to it.
+	Pending int64 `json:"pending"`
+	Failed  int64 `json:"failed"`
+	// State is running or paused (aa_outbox_consumer; running when the
+	// consumer never paused). PausedAt, Reason, Probes (failed probes) and
+	// ProbeAt (the next probe) say since when, why and what next.
+	State     string     `json:"state"`
+	PausedAt  *time.Time `json:"paused_at"`
+	Reason    *string    `json:"reason"`
+	Probes    int        `json:"probes"`
+	ProbeAt   *time.Time `json:"probe_at"`
+	Instance  *string    `json:"instance"`
+	UpdatedAt *time.Time `json:"updated_at"`
 }
 
 // TypeCounts are the counts of one aggregate_type.
@@ -323,213 +556,100 @@ func (a *Admin) Status(ctx context.Context, db DB, maxBlocked int) (*StatusRepor
 	if rep.Blocked == nil {
 		rep.Blocked = []BlockedAggregate{}
 	}
+	if rep.Consumers, err = a.consumerStatus(ctx, db); err != nil {
+		return nil, err
+	}
 	return rep, nil
 }
 
-// List returns the events the filter selects, by id. A zero Limit means 100.
-func (a *Admin) List(ctx context.Context, db DB, f Filter) ([]Event, error) {
-	f.Limit = cmp.Or(f.Limit, 100)
-	rows, err := db.Query(ctx, a.q.list, f.args()...)
+// consumerStatus counts per consumer what it owes and reads its pause state.
+func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, error) {
+	out := []ConsumerStatus{}
+	byName := map[string]int{}
+	get := func(name string) *ConsumerStatus {
+		i, ok := byName[name]
+		if !ok {
+			i = len(out)
+			byName[name] = i
+			out = append(out, ConsumerStatus{Consumer: name, State: "running"})
+		}
+		return &out[i]
+	}
+	if a.routing != nil {
+		for _, c := range a.routing.Consumers {
+			get(c).Configured = true
+		}
+	}
+	fail := func(what string, err error) error {
+		return fmt.Errorf("outbox: %s in %s: %w", what, a.schema, err)
+	}
+	var (
+		name, state string
+		n           int64
+	)
+	rows, err := db.Query(ctx, a.q.deliveryCounts)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list events in %s.aa_outbox_event: %w", a.schema, err)
+		return nil, fail("count delivery rows", err)
 	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: list events in %s.aa_outbox_event: %w", a.schema, err)
-	}
-	return evs, nil
-}
-
-func scanEvent(row pgx.CollectableRow) (Event, error) {
-	var e Event
-	var st string
-	err := row.Scan(&e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType, &e.AggregateID, &e.AuditLogID,
-		&e.CorrelationID, &e.Payload, &st, &e.Attempts, &e.LastError, &e.AvailableAt, &e.DispatchedAt, &e.CreatedAt, &e.CreatedBy)
-	e.Status = Status(st)
-	return e, err
-}
-
-// ChangeOptions say how a retry or ack runs.
-type ChangeOptions struct {
-	// DryRun selects and reports, changing nothing (no aa_job row either).
-	DryRun bool
-	// All allows a selection without ids or a narrowing filter.
-	All bool
-	// By names the operator in aa_job.owner and the result. Required unless
-	// DryRun.
-	By string
-	// Note is free text recorded with the action (why).
-	Note string
-}
-
-// Change is what a retry or ack did (or, in a dry run, would do).
-type Change struct {
-	Action string  `json:"action"` // retry or ack
-	DryRun bool    `json:"dry_run"`
-	Count  int     `json:"count"`
-	Events []Event `json:"events"`
-	// JobID is the aa_job row that records the change (0 in a dry run or
-	// when nothing matched).
-	JobID int64 `json:"job_id,omitempty"`
-}
-
-// Retry moves the selected failed events back to pending with attempts 0
-// and available_at now() (see the package documentation above).
-func (a *Admin) Retry(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*Change, error) {
-	for _, s := range f.Statuses {
-		if s != StatusFailed {
-			return nil, fmt.Errorf("outbox: retry applies to failed events only, not %s", s)
-		}
-	}
-	return a.change(ctx, db, "retry", JobKindRetry, a.q.retry, []string{string(StatusFailed)}, f, opts)
-}
-
-// Ack acknowledges the selected failed and skipped events: they are deleted
-// and the acknowledgement is recorded in aa_job (see the package
-// documentation above).
-func (a *Admin) Ack(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*Change, error) {
-	statuses := []string{string(StatusFailed), string(StatusSkipped)}
-	if len(f.Statuses) > 0 {
-		statuses = nil
-		for _, s := range f.Statuses {
-			if s != StatusFailed && s != StatusSkipped {
-				return nil, fmt.Errorf("outbox: ack applies to failed and skipped events only, not %s", s)
-			}
-			statuses = append(statuses, string(s))
-		}
-	}
-	return a.change(ctx, db, "ack", JobKindAck, a.q.ack, statuses, f, opts)
-}
-
-func (a *Admin) change(ctx context.Context, db DB, action, kind, stmt string, statuses []string, f Filter, opts ChangeOptions) (*Change, error) {
-	if !f.Narrows() && !opts.All {
-		return nil, ErrNoSelection
-	}
-	if !opts.DryRun && strings.TrimSpace(opts.By) == "" {
-		return nil, fmt.Errorf("outbox: %s: say who acts (By)", action)
-	}
-	args := append(f.args(), statuses)
-	ch := &Change{Action: action, DryRun: opts.DryRun}
-	if opts.DryRun {
-		rows, err := db.Query(ctx, a.q.selectForChange, args...)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: %s (dry run): select events: %w", action, err)
-		}
-		if ch.Events, err = pgx.CollectRows(rows, scanEvent); err != nil {
-			return nil, fmt.Errorf("outbox: %s (dry run): select events: %w", action, err)
-		}
-		ch.Count = len(ch.Events)
-		return ch, nil
-	}
-
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, a.q.selectForChange+" FOR UPDATE", args...)
-		if err != nil {
-			return fmt.Errorf("select events: %w", err)
-		}
-		if ch.Events, err = pgx.CollectRows(rows, scanEvent); err != nil {
-			return fmt.Errorf("select events: %w", err)
-		}
-		ch.Count = len(ch.Events)
-		if ch.Count == 0 {
-			return nil
-		}
-		ids := make([]int64, len(ch.Events))
-		for i, e := range ch.Events {
-			ids[i] = e.ID
-		}
-		tag, err := tx.Exec(ctx, stmt, ids)
-		if err != nil {
-			return fmt.Errorf("%s %d events: %w", action, len(ids), err)
-		}
-		if int(tag.RowsAffected()) != len(ids) {
-			return fmt.Errorf("%s: %d of %d locked events changed; nothing done", action, tag.RowsAffected(), len(ids))
-		}
-		params, _ := json.Marshal(auditParams(f, statuses, opts))
-		result, _ := json.Marshal(auditResult(ch.Events, opts))
-		if err := tx.QueryRow(ctx, a.q.recordJob, kind, opts.By, params, result).Scan(&ch.JobID); err != nil {
-			return fmt.Errorf("record the %s in aa_job: %w", action, err)
-		}
-		// Wake the relays: a retried event is due now; an acknowledged head
-		// unblocks its aggregate.
-		if _, err := tx.Exec(ctx, a.q.notify, a.q.channel); err != nil {
-			return fmt.Errorf("notify: %w", err)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &state, &n}, func() error {
+		c := get(name)
+		switch DeliveryState(state) {
+		case DeliveryPending:
+			c.Pending += n
+		case DeliveryFailed:
+			c.Failed += n
 		}
 		return nil
-	})
+	}); err != nil {
+		return nil, fail("count delivery rows", err)
+	}
+	if a.routing != nil {
+		var etype, atype string
+		rows, err := db.Query(ctx, a.q.unsplitCounts)
+		if err != nil {
+			return nil, fail("count events without delivery rows", err)
+		}
+		if _, err := pgx.ForEachRow(rows, []any{&etype, &atype, &state, &n}, func() error {
+			for _, cn := range a.routing.routedTo(etype, atype) {
+				c := get(cn)
+				if Status(state) == StatusFailed {
+					c.Failed += n
+				} else {
+					c.Pending += n
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, fail("count events without delivery rows", err)
+		}
+	}
+	rows, err = db.Query(ctx, a.q.consumerStates)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: %s in %s: %w", action, a.schema, err)
+		return nil, fail("read aa_outbox_consumer", err)
 	}
-	if action == "retry" {
-		// Report the rows as they are now.
-		for i := range ch.Events {
-			ch.Events[i].Status, ch.Events[i].Attempts = StatusPending, 0
+	var cs ConsumerStatus
+	var updated time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&name, &cs.State, &cs.PausedAt, &cs.Reason, &cs.Probes, &cs.ProbeAt, &cs.Instance, &updated}, func() error {
+		c := get(name)
+		c.State, c.PausedAt, c.Reason, c.Probes, c.ProbeAt, c.Instance = cs.State, cs.PausedAt, cs.Reason, cs.Probes, cs.ProbeAt, cs.Instance
+		u := updated
+		c.UpdatedAt = &u
+		return nil
+	}); err != nil {
+		return nil, fail("read aa_outbox_consumer", err)
+	}
+	// The configured consumers first, in configuration order; the others by
+	// name.
+	slices.SortStableFunc(out, func(x, y ConsumerStatus) int {
+		switch {
+		case x.Configured && y.Configured:
+			return 0
+		case x.Configured:
+			return -1
+		case y.Configured:
+			return 1
 		}
-	}
-	return ch, nil
-}
-
-func auditParams(f Filter, statuses []string, opts ChangeOptions) map[string]any {
-	p := map[string]any{"statuses": statuses}
-	if len(f.IDs) > 0 {
-		p["ids"] = f.IDs
-	}
-	if f.EventType != "" {
-		p["event_type"] = f.EventType
-	}
-	if f.AggregateType != "" {
-		p["aggregate_type"] = f.AggregateType
-	}
-	if f.AggregateID != nil {
-		p["aggregate_id"] = f.AggregateID
-	}
-	if !f.Since.IsZero() {
-		p["since"] = f.Since
-	}
-	if !f.Until.IsZero() {
-		p["until"] = f.Until
-	}
-	if f.Limit > 0 {
-		p["limit"] = f.Limit
-	}
-	if opts.All {
-		p["all"] = true
-	}
-	return p
-}
-
-// auditEvent is one event described in an aa_job result.
-type auditEvent struct {
-	ID            int64      `json:"id"`
-	Status        Status     `json:"status"`
-	EventType     string     `json:"event_type"`
-	AggregateType string     `json:"aggregate_type"`
-	AggregateID   *uuid.UUID `json:"aggregate_id"`
-	Attempts      int        `json:"attempts"`
-	LastError     *string    `json:"last_error"`
-	CreatedAt     time.Time  `json:"created_at"`
-}
-
-func auditResult(evs []Event, opts ChangeOptions) map[string]any {
-	ids := make([]int64, len(evs))
-	byType := map[string]int{}
-	details := make([]auditEvent, 0, min(len(evs), maxAuditDetails))
-	for i, e := range evs {
-		ids[i] = e.ID
-		byType[e.EventType]++
-		if i < maxAuditDetails {
-			details = append(details, auditEvent{e.ID, e.Status, e.EventType, e.AggregateType, e.AggregateID, e.Attempts, e.LastError, e.CreatedAt})
-		}
-	}
-	slices.Sort(ids)
-	r := map[string]any{
-		"count": len(evs), "by": opts.By, "ids": ids, "event_types": byType, "events": details,
-	}
-	if len(evs) > maxAuditDetails {
-		r["events_truncated"] = true
-	}
-	if opts.Note != "" {
-		r["note"] = opts.Note
-	}
-	return r
+		return strings.Compare(x.Consumer, y.Consumer)
+	})
+	return out, nil
 }

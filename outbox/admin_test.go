@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -82,11 +83,25 @@ func (f *adminFixture) exec(t *testing.T, sql string, args ...any) {
 	}
 }
 
-func (f *adminFixture) names(evs []outbox.Event) []string {
+// names are the fixture's names of listed or changed events.
+func (f *adminFixture) names(evs any) []string {
+	var ids []int64
+	switch evs := evs.(type) {
+	case []outbox.Listed:
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+	case []outbox.ChangedEvent:
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+	default:
+		panic(fmt.Sprintf("names of %T", evs))
+	}
 	var out []string
-	for _, e := range evs {
-		for n, id := range f.ids {
-			if id == e.ID {
+	for _, id := range ids {
+		for n, fid := range f.ids {
+			if id == fid {
 				out = append(out, n)
 			}
 		}

@@ -28,7 +28,7 @@ type Event struct {
 	ID            int64           `json:"id"`
 	TenantID      *uuid.UUID      `json:"tenant_id"`
 	EventType     string          `json:"event_type"`
-	SchemaVersion int             `json:"schema_version"` // 0 means the default, 1
+	SchemaVersion int             `json:"schema_version"` // to Write, 0 means the default, 1; read back, below 1 is poison
 	AggregateType string          `json:"aggregate_type"`
 	AggregateID   *uuid.UUID      `json:"aggregate_id"`
 	AuditLogID    *int64          `json:"audit_log_id"`

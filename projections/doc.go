@@ -55,8 +55,10 @@
 // event-type pattern). A projection sees the newest shape only: the newest
 // version of an event type is the largest of the projection's
 // schema_version and every matching upcaster's N+1. An event newer than that,
-// or one with a gap in the upcaster chain, is poison with a clear message,
-// never dropped and never indexed half-understood.
+// one with a gap in the upcaster chain, or one whose schema_version is below 1
+// (possible only through plain SQL: the column defaults to 1 and the Go writer
+// stores 1 for a zero value) is poison with a clear message, never dropped and
+// never indexed half-understood.
 //
 // # Errors
 //

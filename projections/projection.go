@@ -376,13 +376,21 @@ func (s *Set) Find(eventType, aggregateType string, indexes []string) *Projectio
 
 // Upcast decodes the payload of e and brings it to schema_version target by
 // applying the registered upcasters in turn. A schema_version newer than
-// target, or a missing step, is a *PoisonError.
+// target, a missing step, or a schema_version below 1 is a *PoisonError.
+//
+// e is a row as read from the outbox: its SchemaVersion is the column's value
+// (the Go writer stores 1 for a zero SchemaVersion, the column defaults to 1),
+// so 0 or less was written by plain SQL and is not a version any upcaster
+// could start from.
 func (s *Set) Upcast(e *outbox.Event, target int) (map[string]any, error) {
+	if e.SchemaVersion < 1 {
+		return nil, poison(e, "", "schema_version %d is below 1 (the spec's minimum); fix the producer", e.SchemaVersion)
+	}
 	payload, err := Decode(e.Payload)
 	if err != nil {
 		return nil, poison(e, "", "payload is not a JSON object: %v", err)
 	}
-	v := max(e.SchemaVersion, 1)
+	v := e.SchemaVersion
 	newest := max(target, s.newest(e.EventType))
 	if v > newest {
 		return nil, poison(e, "", "schema_version %d is newer than any upcaster or projection knows (newest for %s is %d): register an upcaster to %d or upgrade searchsync", v, e.EventType, newest, v)

@@ -115,6 +115,9 @@ func TestPoison(t *testing.T) {
 		"float version":    {1, `{"version":5.5}`, `is 5.5, not an integer`},
 		"negative version": {1, `{"version":-1}`, `negative`},
 		"schema 99":        {99, `{"version":1}`, `schema_version 99 is newer than any upcaster or projection knows (newest for entity.customer.updated is 2)`},
+		// Written by plain SQL (the Go writer turns 0 into the default 1).
+		"schema 0":         {0, `{"version":1}`, `schema_version 0 is below 1 (the spec's minimum); fix the producer`},
+		"schema -2":        {-2, `{"version":1}`, `schema_version -2 is below 1 (the spec's minimum); fix the producer`},
 		"bad long":         {2, `{"version":1,"after":{"credit_limit":"lots"}}`, `field credit_limit (from after.credit_limit): a string "lots" is not a long`},
 		"after not object": {2, `{"version":1,"after":[1]}`, `after is an array, not an object`},
 	}

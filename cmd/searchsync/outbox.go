@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,21 +17,23 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
 )
 
 // OutboxCmd groups the operator commands on the outbox table.
 type OutboxCmd struct {
-	Status OutboxStatusCmd `cmd:"" help:"Counts by status and aggregate type, oldest pending age, blocked aggregates."`
-	List   OutboxListCmd   `cmd:"" help:"List events by status, event type, aggregate and time."`
-	Retry  OutboxRetryCmd  `cmd:"" help:"Move failed events back to pending (attempts 0, due now)."`
-	Ack    OutboxAckCmd    `cmd:"" help:"Acknowledge failed or skipped events by hand: delete them and record who did it in aa_job."`
+	Status OutboxStatusCmd `cmd:"" help:"Counts by status and aggregate type, oldest pending age, blocked aggregates, per consumer what it owes and whether it is paused."`
+	List   OutboxListCmd   `cmd:"" help:"List events by status, event type, aggregate, time or consumer (--consumer: what it still owes or parked)."`
+	Retry  OutboxRetryCmd  `cmd:"" help:"Move failed events (or one consumer's failed deliveries, --consumer) back to pending (attempts 0, due now)."`
+	Ack    OutboxAckCmd    `cmd:"" help:"Acknowledge failed or skipped events by hand: delete them and record who did it in aa_job (--consumer: one consumer's failed deliveries)."`
 }
 
 // OutboxStatusCmd prints the state of the outbox.
 type OutboxStatusCmd struct {
-	JSON    bool `help:"Print JSON."`
-	Blocked int  `default:"50" help:"List at most this many blocked aggregates (all are counted)."`
+	JSON     bool   `help:"Print JSON."`
+	Blocked  int    `default:"50" help:"List at most this many blocked aggregates (all are counted)."`
+	Consumer string `placeholder:"NAME" help:"Show this consumer only in the consumers section."`
 }
 
 // Run prints the status.
@@ -39,9 +43,17 @@ func (c *OutboxStatusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
+	if c.Consumer != "" {
+		if err := admin.CheckConsumer(c.Consumer); err != nil {
+			return err
+		}
+	}
 	rep, err := admin.Status(ctx, pool, c.Blocked)
 	if err != nil {
 		return err
+	}
+	if c.Consumer != "" {
+		rep.Consumers = slices.DeleteFunc(rep.Consumers, func(cs outbox.ConsumerStatus) bool { return cs.Consumer != c.Consumer })
 	}
 	if c.JSON {
 		return printJSON(rep)
@@ -87,6 +99,29 @@ func printOutboxStatus(out io.Writer, schema string, rep *outbox.StatusReport) {
 			fmt.Fprintf(out, "… and %d more (--blocked N lists more)\n", rep.BlockedCount-int64(len(rep.Blocked)))
 		}
 	}
+	if len(rep.Consumers) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(tw, "CONSUMER\tPENDING\tFAILED\tSTATE\tPAUSED SINCE\tPROBES\tNEXT PROBE\tREASON")
+		for _, c := range rep.Consumers {
+			name := c.Consumer
+			if !c.Configured {
+				name += " (not configured)"
+			}
+			since, next := "-", "-"
+			if c.State == "paused" && c.PausedAt != nil {
+				since = c.PausedAt.Format(time.RFC3339) + " (" + ageText(rep.At.Sub(*c.PausedAt).Seconds()) + " ago)"
+			}
+			if c.State == "paused" && c.ProbeAt != nil {
+				next = "in " + ageText(max(c.ProbeAt.Sub(rep.At).Seconds(), 0))
+			}
+			reason := "-"
+			if c.State == "paused" {
+				reason = oneLine(deref(c.Reason), 100)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", name, c.Pending, c.Failed, c.State, since, c.Probes, next, reason)
+		}
+		tw.Flush()
+	}
 }
 
 // filterFlags select events; every outbox command but status takes them.
@@ -98,11 +133,12 @@ type filterFlags struct {
 	AggregateID   string   `help:"aggregate_id (a UUID)."`
 	Since         timeFlag `placeholder:"TIME" help:"created_at at or after: RFC 3339 time, date (2026-11-30) or an age (90m, 36h, 7d)."`
 	Until         timeFlag `placeholder:"TIME" help:"created_at before: RFC 3339 time, date or an age."`
+	Consumer      string   `placeholder:"NAME" help:"Only what this configured consumer still owes or parked; --status is then its own state (pending, failed). Not a selection by itself: retry and ack still need ids, a filter or --all."`
 }
 
 func (f *filterFlags) filter(ids []int64, limit int) (outbox.Filter, error) {
 	out := outbox.Filter{IDs: append(append([]int64(nil), f.ID...), ids...), EventType: f.EventType, AggregateType: f.AggregateType,
-		Since: f.Since.t, Until: f.Until.t, Limit: limit}
+		Since: f.Since.t, Until: f.Until.t, Limit: limit, Consumer: f.Consumer}
 	for _, s := range f.Status {
 		out.Statuses = append(out.Statuses, outbox.Status(s))
 	}
@@ -124,7 +160,7 @@ type OutboxListCmd struct {
 	filterFlags
 	Limit   int  `default:"100" help:"List at most this many events (oldest id first); 0 lists all."`
 	Payload bool `help:"Include the payload (always in --json)."`
-	JSON    bool `help:"Print JSON (one array of events)."`
+	JSON    bool `help:"Print JSON (one array of events, each with its delivery rows)."`
 }
 
 // Run lists the events.
@@ -147,37 +183,71 @@ func (c *OutboxListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if evs == nil {
-			evs = []outbox.Event{}
+			evs = []outbox.Listed{}
 		}
 		return printJSON(evs)
 	}
-	printEvents(os.Stdout, evs, c.Payload)
+	printEvents(os.Stdout, evs, f.Consumer, c.Payload, nil)
 	if len(evs) == f.Limit && c.Limit > 0 {
 		fmt.Fprintf(os.Stdout, "(first %d; --limit N or --limit 0 for more)\n", f.Limit)
 	}
 	return nil
 }
 
-func printEvents(out io.Writer, evs []outbox.Event, payload bool) {
+// printEvents prints events as a table. Without a consumer the CONSUMERS
+// column gives the delivery rows of events whose consumers diverged
+// (consumer=state/attempts); with one, its state, attempts, due time and last
+// error replace the outbox row's ("shared": the event has no delivery rows,
+// the outbox row is every routed consumer's). outcomes, when given, are
+// printed last, one per event.
+func printEvents(out io.Writer, evs []outbox.Listed, consumer string, payload bool, outcomes []string) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	head := "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED\tAVAILABLE\tLAST ERROR"
+	head := "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED\tAVAILABLE\tLAST ERROR\tCONSUMERS"
+	if consumer != "" {
+		head = "ID\tEVENT STATUS\tEVENT TYPE\tAGGREGATE\t" + strings.ToUpper(consumer) + " STATE\tATTEMPTS\tCREATED\tAVAILABLE\tLAST ERROR"
+	}
 	if payload {
 		head += "\tPAYLOAD"
 	}
+	if outcomes != nil {
+		head += "\tOUTCOME"
+	}
 	fmt.Fprintln(tw, head)
-	for _, e := range evs {
+	for i, e := range evs {
 		agg := e.AggregateType
 		if e.AggregateID != nil {
 			agg += "/" + e.AggregateID.String()
 		}
-		avail := "-"
-		if e.Status == outbox.StatusPending {
-			avail = e.AvailableAt.Format(time.RFC3339)
+		avail := func(pending bool, at time.Time) string {
+			if pending {
+				return at.Format(time.RFC3339)
+			}
+			return "-"
 		}
-		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.EventType, agg, e.Attempts,
-			e.CreatedAt.Format(time.RFC3339), avail, oneLine(deref(e.LastError), 80))
+		var line string
+		if d := e.Delivery(consumer); consumer != "" && d != nil {
+			state := string(d.State)
+			if d.Shared {
+				state += ", shared"
+			}
+			line = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.EventType, agg, state, d.Attempts,
+				e.CreatedAt.Format(time.RFC3339), avail(d.State == outbox.DeliveryPending, d.AvailableAt), oneLine(deref(d.LastError), 80))
+		} else {
+			var cons []string
+			for _, d := range e.Deliveries {
+				if !d.Shared {
+					cons = append(cons, fmt.Sprintf("%s=%s/%d", d.Consumer, d.State, d.Attempts))
+				}
+			}
+			line = fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", e.ID, e.Status, e.EventType, agg, e.Attempts,
+				e.CreatedAt.Format(time.RFC3339), avail(e.Status == outbox.StatusPending, e.AvailableAt), oneLine(deref(e.LastError), 80),
+				cmp.Or(strings.Join(cons, " "), "-"))
+		}
 		if payload {
 			line += "\t" + string(e.Payload)
+		}
+		if outcomes != nil {
+			line += "\t" + outcomes[i]
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -252,12 +322,15 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 		return err
 	}
 	if c.JSON {
-		if ch.Events == nil {
-			ch.Events = []outbox.Event{}
-		}
 		return printJSON(ch)
 	}
 	verb := map[string]string{"retry": "retried (failed → pending, attempts 0, due now)", "ack": "acknowledged (deleted, recorded in aa_job)"}[action]
+	if ch.Consumer != "" {
+		verb = map[string]string{
+			"retry": "retried for " + ch.Consumer + " (its failed deliveries → pending, attempts 0, due now)",
+			"ack":   "acknowledged for " + ch.Consumer + " (its failed deliveries done, recorded in aa_job)",
+		}[action]
+	}
 	switch {
 	case ch.DryRun:
 		fmt.Printf("dry run: %s would be %s; nothing changed\n", eventCount(ch.Count), verb)
@@ -271,7 +344,12 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 		if len(evs) > 50 {
 			evs = evs[:50]
 		}
-		printEvents(os.Stdout, evs, false)
+		listed := make([]outbox.Listed, len(evs))
+		outcomes := make([]string, len(evs))
+		for i, e := range evs {
+			listed[i], outcomes[i] = e.Listed, e.Outcome
+		}
+		printEvents(os.Stdout, listed, ch.Consumer, false, outcomes)
 		if len(ch.Events) > len(evs) {
 			fmt.Printf("… and %d more (--json lists all)\n", len(ch.Events)-len(evs))
 		}
@@ -279,13 +357,32 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 	return nil
 }
 
-// openAdmin loads the configuration and connects.
+// openAdmin loads the configuration and connects. The admin knows the
+// configured consumers and routes (for --consumer and the per-consumer
+// status).
 func openAdmin(ctx context.Context, g *Globals) (*env, *outbox.Admin, poolCloser, error) {
 	e, pool, err := g.connect(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return e, outbox.NewAdmin(e.cfg.Database.Schema), pool, nil
+	return e, outbox.NewAdmin(e.cfg.Database.Schema).WithRouting(routing(e.cfg)), pool, nil
+}
+
+// routing is the configuration's consumers and routes as the outbox admin
+// takes them.
+func routing(cfg *config.Config) outbox.Routing {
+	r := outbox.Routing{Routed: func(consumer, eventType, aggregateType string) bool {
+		for _, rt := range cfg.Routes {
+			if rt.Consumer == consumer && rt.Matches(eventType, aggregateType) {
+				return true
+			}
+		}
+		return false
+	}}
+	for _, c := range cfg.Consumers {
+		r.Consumers = append(r.Consumers, c.Name)
+	}
+	return r
 }
 
 // poolCloser is the pool as the outbox commands use it.

@@ -134,3 +134,121 @@ func TestCompactCommand(t *testing.T) {
 		t.Fatalf("compact beside a running one: %d %s", code, stderr)
 	}
 }
+
+// TestOutboxConsumerCommands: list, status, retry and ack for one consumer
+// (--consumer) on a search consumer and a webhook that went different ways.
+func TestOutboxConsumerCommands(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	alias := testenv.Name("cons")
+	defs, projections := customerIndex(t, alias)
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+indexes: {definitions: %q, projections: [%q]}
+consumers:
+  - {name: search, type: search, search: {indexes: [%s]}}
+  - {name: webhook, type: webhook, webhook: {url: "http://127.0.0.1:9/hook", secret: "whsec_c2VjcmV0"}}
+routes:
+  - {consumer: search, event_types: ["entity.customer.*"]}
+  - {consumer: webhook}
+`, db.URL, db.Schema, defs, projections, alias))
+	cli := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, []string{"DATABASE_URL=", "SEARCHSYNC_SCHEMA="}, append([]string{"-c", cfg}, args...)...)
+	}
+	ctx := context.Background()
+	// 1: search done, webhook failed. 2: failed for both, no delivery rows. 3: pending role event (webhook only).
+	_, err := db.Pool.Exec(ctx, `
+INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
+VALUES ('entity.customer.updated', 'DDM_ENTITY', '11111111-1111-1111-1111-111111111111', '{}', 'failed', 10, 'webhook: HTTP 422'),
+       ('entity.customer.updated', 'DDM_ENTITY', '22222222-2222-2222-2222-222222222222', '{}', 'failed', 10, 'search: HTTP 400'),
+       ('role.granted', 'AA_ROLE', NULL, '{}', 'pending', 0, NULL);
+INSERT INTO aa_outbox_delivery (event_id, consumer, aggregate_type, aggregate_id, state, attempts, last_error)
+VALUES (1, 'search', 'DDM_ENTITY', '11111111-1111-1111-1111-111111111111', 'done', 0, NULL),
+       (1, 'webhook', 'DDM_ENTITY', '11111111-1111-1111-1111-111111111111', 'failed', 10, 'HTTP 422 Unprocessable Entity');
+INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes, probe_at)
+VALUES ('webhook', 'paused', now() - interval '1 minute', 'connection refused', 2, now() + interval '4 seconds')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, stderr, code := cli("outbox", "list", "--consumer", "webhook", "--json")
+	var evs []outbox.Listed
+	if err := json.Unmarshal([]byte(out), &evs); code != 0 || err != nil || len(evs) != 3 {
+		t.Fatalf("list --consumer webhook: %d %v %s %s", code, err, out, stderr)
+	}
+	if d := evs[0].Delivery("webhook"); d == nil || d.State != "failed" || d.Attempts != 10 || d.Shared || deref(d.LastError) != "HTTP 422 Unprocessable Entity" {
+		t.Fatalf("event 1 for webhook: %+v", evs[0].Deliveries)
+	}
+	if d := evs[1].Delivery("webhook"); d == nil || d.State != "failed" || !d.Shared {
+		t.Fatalf("event 2 for webhook: %+v", evs[1].Deliveries)
+	}
+	out, _, code = cli("outbox", "list", "--consumer", "search")
+	if code != 0 || !strings.Contains(out, "SEARCH STATE") || !strings.Contains(out, "failed, shared") || strings.Contains(out, "role.granted") ||
+		strings.Count(out, "\n") != 2 {
+		t.Fatalf("list --consumer search (text): %d\n%s", code, out)
+	}
+	out, _, _ = cli("outbox", "list", "--id", "1")
+	if !strings.Contains(out, "search=done/0 webhook=failed/10") {
+		t.Fatalf("list (text) does not show the delivery rows:\n%s", out)
+	}
+
+	out, stderr, code = cli("outbox", "status", "--json")
+	var rep outbox.StatusReport
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || len(rep.Consumers) != 2 {
+		t.Fatalf("status --json: %d %v %s %s", code, err, out, stderr)
+	}
+	if s, w := rep.Consumers[0], rep.Consumers[1]; s.Consumer != "search" || s.Failed != 1 || s.Pending != 0 || s.State != "running" ||
+		w.Consumer != "webhook" || w.Failed != 2 || w.Pending != 1 || w.State != "paused" || deref(w.Reason) != "connection refused" || w.Probes != 2 {
+		t.Fatalf("status consumers: %+v", rep.Consumers)
+	}
+	out, _, code = cli("outbox", "status", "--consumer", "webhook")
+	if code != 0 || !strings.Contains(out, "connection refused") || strings.Contains(out, "\nsearch ") {
+		t.Fatalf("status --consumer webhook (text): %d\n%s", code, out)
+	}
+
+	// Refusals: an unknown consumer names the configured ones; a consumer alone is no selection.
+	for _, args := range [][]string{
+		{"outbox", "list", "--consumer", "crm"},
+		{"outbox", "status", "--consumer", "crm"},
+		{"outbox", "retry", "--consumer", "crm", "1"},
+		{"outbox", "ack", "--consumer", "crm", "--all"},
+	} {
+		if _, stderr, code := cli(args...); code == 0 || !strings.Contains(stderr, `unknown consumer "crm"; the configured consumers are search, webhook`) {
+			t.Errorf("%v: %d %s", args, code, stderr)
+		}
+	}
+	if _, stderr, code := cli("outbox", "ack", "--consumer", "webhook"); code == 0 || !strings.Contains(stderr, "no selection") {
+		t.Fatalf("ack --consumer without a selection: %d %s", code, stderr)
+	}
+
+	// retry --consumer webhook 1: the webhook row and the event pending, search untouched.
+	out, stderr, code = cli("outbox", "retry", "--consumer", "webhook", "1", "--by", "ops")
+	if code != 0 || !strings.Contains(out, "1 event retried for webhook") || !strings.Contains(out, "retried for webhook") {
+		t.Fatalf("retry --consumer webhook 1: %d %s %s", code, out, stderr)
+	}
+	var rows, status string
+	db.Pool.QueryRow(ctx, `SELECT string_agg(consumer || '=' || state, ' ' ORDER BY consumer), (SELECT status::text FROM aa_outbox_event WHERE id = 1)
+FROM aa_outbox_delivery WHERE event_id = 1`).Scan(&rows, &status)
+	if rows != "search=done webhook=pending" || status != "pending" {
+		t.Fatalf("after retry --consumer webhook: rows %q, event %s", rows, status)
+	}
+
+	// ack --consumer webhook 2: search gets a pending row, webhook a done one, the event stays pending.
+	out, stderr, code = cli("outbox", "ack", "--consumer", "webhook", "--id", "2", "--json")
+	var ch outbox.Change
+	if err := json.Unmarshal([]byte(out), &ch); code != 0 || err != nil || ch.Count != 1 || ch.Consumer != "webhook" || ch.JobID == 0 ||
+		ch.Events[0].Outcome != "acknowledged for webhook; pending for search" {
+		t.Fatalf("ack --consumer webhook 2: %d %v %s %s", code, err, out, stderr)
+	}
+	db.Pool.QueryRow(ctx, `SELECT string_agg(consumer || '=' || state, ' ' ORDER BY consumer), (SELECT status::text FROM aa_outbox_event WHERE id = 2)
+FROM aa_outbox_delivery WHERE event_id = 2`).Scan(&rows, &status)
+	if rows != "search=pending webhook=done" || status != "pending" {
+		t.Fatalf("after ack --consumer webhook 2: rows %q, event %s", rows, status)
+	}
+	var kinds, consumers string
+	db.Pool.QueryRow(ctx, `SELECT string_agg(job_kind, ',' ORDER BY id), string_agg(params->>'consumer', ',' ORDER BY id) FROM aa_job`).Scan(&kinds, &consumers)
+	if kinds != "outbox_retry,outbox_ack" || consumers != "webhook,webhook" {
+		t.Fatalf("aa_job: kinds %q consumers %q", kinds, consumers)
+	}
+}

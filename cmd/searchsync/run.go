@@ -42,8 +42,20 @@ func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
 
 // runRelay is `searchsync run`; onServing, when set, is called with the HTTP
 // address once the dashboard is served (the demo prints it).
-func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServing func(addr string)) error {
+//
+// SIGTERM/SIGINT (ctx done) during the start-up — waiting for PostgreSQL, the
+// schema check, waiting for the search engine or NATS — ends it with nil, so
+// the exit code is 0 as after a stop of the running relay; the error the
+// cancellation caused is logged, not returned.
+func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServing func(addr string)) (err error) {
 	cfg, logger := e.cfg, e.logger
+	running := false
+	defer func() {
+		if err != nil && !running && ctx.Err() != nil {
+			logger.Info("stopped during start-up (SIGTERM/SIGINT)", "interrupted", err)
+			err = nil
+		}
+	}()
 
 	pool, err := openPool(ctx, cfg.Database, connectTimeout)
 	if err != nil {
@@ -106,6 +118,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 		}
 	}()
 
+	running = true
 	runErr := r.Run(ctx)
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
