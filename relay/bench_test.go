@@ -36,7 +36,7 @@ const (
 // aggregates, payloads shaped like the spec's example.
 func fillOutbox(b *testing.B, pool *pgxpool.Pool) {
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `TRUNCATE aa_outbox_event`); err != nil {
+	if _, err := pool.Exec(ctx, `TRUNCATE aa_outbox_event CASCADE`); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,16 @@ type receiver struct {
 	arrivals map[int64][]time.Time
 	status   func(m sink.Message) int // answer per message; nil: 200
 	delay    time.Duration            // before answering
+	requests []request                // every request, in order of arrival
+}
+
+// request is one request as it arrived: the event and the fencing token of
+// its headers (partition -1: no header).
+type request struct {
+	id        int64
+	partition int
+	epoch     int64
+	at        time.Time
 }
 
 func newReceiver(t testing.TB) *receiver {
@@ -48,6 +59,12 @@ func newReceiver(t testing.TB) *receiver {
 			st = rc.status(m)
 		}
 		rc.arrivals[m.ID] = append(rc.arrivals[m.ID], time.Now())
+		req := request{id: m.ID, partition: -1, at: time.Now()}
+		if v := r.Header.Get(sink.HeaderPartition); v != "" {
+			req.partition, _ = strconv.Atoi(v)
+			req.epoch, _ = strconv.ParseInt(r.Header.Get(sink.HeaderLeaseEpoch), 10, 64)
+		}
+		rc.requests = append(rc.requests, req)
 		if st < 300 {
 			if rc.count[m.ID] == 0 {
 				key := ""

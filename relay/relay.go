@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -514,25 +515,45 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 		// The payload as bytes: scanned into a json.RawMessage pgx would
 		// run it through json.Unmarshal (a validation the database did).
 		var payload []byte
-		var dConsumer, dState []string
-		var dAttempts []int32
-		var dWait []int64
+		var deliveries []byte
 		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
 			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &payload, &e.Attempts, &e.LastError,
-			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy, &dConsumer, &dState, &dAttempts, &dWait, &ce.blocked); err != nil {
+			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy, &deliveries, &ce.blocked); err != nil {
 			return nil, err
 		}
 		e.Payload = payload
-		if len(dConsumer) > 0 {
-			ce.rows = make(map[string]prior, len(dConsumer))
-			for k, name := range dConsumer {
-				ce.rows[name] = prior{state: dState[k], attempts: int(dAttempts[k]), wait: time.Duration(dWait[k]) * time.Millisecond}
+		if len(deliveries) > 0 {
+			var err error
+			if ce.rows, err = parseDeliveries(deliveries); err != nil {
+				return nil, fmt.Errorf("event %d: delivery rows: %w", e.ID, err)
 			}
 		}
 		e.Status = outbox.StatusPending
 		out = append(out, ce)
 	}
 	return out, rows.Err()
+}
+
+// parseDeliveries reads the claim's JSON array of [consumer, state,
+// attempts, ms until available].
+func parseDeliveries(b []byte) (map[string]prior, error) {
+	var raw [][4]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]prior, len(raw))
+	for _, r := range raw {
+		var name string
+		var p prior
+		var wait int64
+		if err := errors.Join(json.Unmarshal(r[0], &name), json.Unmarshal(r[1], &p.state),
+			json.Unmarshal(r[2], &p.attempts), json.Unmarshal(r[3], &wait)); err != nil {
+			return nil, err
+		}
+		p.wait = time.Duration(wait) * time.Millisecond
+		out[name] = p
+	}
+	return out, nil
 }
 
 // exclusion is what a claim leaves out: the aggregates (by id) and the

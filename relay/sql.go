@@ -45,7 +45,7 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 // empty index.
 const claimSQL = blockerCTE + `
 SELECT ` + eventColumns + `
-FROM {s}.aa_outbox_event e` + deliveryJoin + `
+FROM {s}.aa_outbox_event e
 WHERE e.status = 'pending' AND e.available_at <= now()
   {partition_filter}` + notBlocked + `
 ORDER BY e.id
@@ -73,20 +73,18 @@ cblocker AS (
 	GROUP BY aggregate_type, aggregate_id, consumer
 )`
 
-// deliveryJoin adds an event's delivery rows (NULL arrays when there are
-// none) and the consumers blocked before it.
-const deliveryJoin = `
-LEFT JOIN LATERAL (
-	SELECT array_agg(d.consumer) AS d_consumer, array_agg(d.state) AS d_state,
-	       array_agg(d.attempts) AS d_attempts,
-	       array_agg((extract(epoch FROM d.available_at - now()) * 1000)::bigint) AS d_wait_ms
-	FROM {s}.aa_outbox_delivery d WHERE d.event_id = e.id) d ON true`
+// anyDelivery is true when any event has delivery rows (evaluated once per
+// claim): without any, the per-event look-ups below are skipped altogether,
+// so the claim costs what it cost before consumers could diverge.
+const anyDelivery = `(SELECT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery))`
 
 const notBlocked = `
   AND NOT EXISTS (SELECT 1 FROM blocker b
                   WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
                     AND b.first_id < e.id)
-  AND (d.d_consumer IS NULL OR EXISTS (
+  AND (NOT ` + anyDelivery + `
+       OR NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery y WHERE y.event_id = e.id)
+       OR EXISTS (
         SELECT 1 FROM {s}.aa_outbox_delivery x
         WHERE x.event_id = e.id AND x.state = 'pending' AND x.available_at <= now()
           AND x.consumer <> ALL({paused}::text[])
@@ -115,20 +113,24 @@ FROM (SELECT * FROM {s}.aa_outbox_event e
       WHERE e.status = 'pending' AND e.available_at <= now()
         {partition_filter}
       ORDER BY e.id
-      LIMIT {window}) e` + deliveryJoin + `
+      LIMIT {window}) e
 WHERE (e.aggregate_id IS NULL OR e.aggregate_id <> ALL({p1}::uuid[]))
   AND e.id <> ALL({p2}::bigint[])` + notBlocked + `
 ORDER BY e.id
 LIMIT {batch}`
 
 // eventColumns is what a claim reads of an event, its partition first, its
-// delivery rows and blocked consumers last.
+// delivery rows (a JSON array of [consumer, state, attempts, ms until
+// available], NULL when it has none) and blocked consumers last.
 const eventColumns = partitionExpr + ` AS part,
        e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
        e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
        e.available_at, e.created_at, e.created_by,
-       d.d_consumer, d.d_state, d.d_attempts, d.d_wait_ms,
-       CASE WHEN e.aggregate_id IS NULL THEN NULL ELSE ARRAY(
+       CASE WHEN ` + anyDelivery + ` THEN (
+           SELECT json_agg(json_build_array(d.consumer, d.state, d.attempts,
+                                            (extract(epoch FROM d.available_at - now()) * 1000)::bigint))
+           FROM {s}.aa_outbox_delivery d WHERE d.event_id = e.id) END AS deliveries,
+       CASE WHEN ` + anyDelivery + ` AND e.aggregate_id IS NOT NULL THEN ARRAY(
            SELECT cb.consumer FROM cblocker cb
            WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id
              AND cb.first_id < e.id) END AS blocked`

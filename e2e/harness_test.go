@@ -1,0 +1,382 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/internal/loadgen"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink"
+	"github.com/searchsync/searchsync/sink/nats/natstest"
+	"github.com/searchsync/searchsync/sink/webhook"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "searchsync-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "searchsync")
+	if out, err := exec.Command("go", "build", "-o", binary, "github.com/searchsync/searchsync/cmd/searchsync").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build searchsync: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const secret = "whsec_dGVzdC1zZWNyZXQtdGVzdC1zZWNyZXQ="
+
+// endpoint is a real webhook receiver: it checks signatures and records, per
+// event, how often it arrived and in which order events first arrived per
+// aggregate.
+type endpoint struct {
+	URL   string
+	mu    sync.Mutex
+	count map[int64]int
+	order map[string][]int64
+	noTok int
+}
+
+func newEndpoint(t *testing.T) *endpoint {
+	ep := &endpoint{count: map[int64]int{}, order: map[string][]int64{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify(secret, r.Header, body); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var m sink.Message
+		if err := json.Unmarshal(body, &m); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ep.mu.Lock()
+		if r.Header.Get(sink.HeaderLeaseEpoch) == "" {
+			ep.noTok++
+		}
+		if ep.count[m.ID] == 0 && m.AggregateID != nil {
+			ep.order[m.AggregateID.String()] = append(ep.order[m.AggregateID.String()], m.ID)
+		}
+		ep.count[m.ID]++
+		ep.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	ep.URL = srv.URL
+	return ep
+}
+
+func (ep *endpoint) has(ids []int64) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, id := range ids {
+		if ep.count[id] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// outOfOrder counts aggregates whose events first arrived out of id order.
+func (ep *endpoint) outOfOrder() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	bad := 0
+	for _, ids := range ep.order {
+		for i := 1; i < len(ids); i++ {
+			if ids[i] < ids[i-1] {
+				bad++
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func (ep *endpoint) duplicates() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	n := 0
+	for _, c := range ep.count {
+		n += c - 1
+	}
+	return n
+}
+
+// world is one test's services and configuration.
+type world struct {
+	t        *testing.T
+	db       *testenv.DB
+	alias    string
+	engine   *testenv.TCPProxy
+	engineIx string // the physical index, read directly to compare versions
+	hook     *endpoint
+	hookNet  *testenv.TCPProxy
+	nats     *natstest.Server
+	stream   string
+	cfg      string
+}
+
+// newWorld prepares the services and writes a configuration that routes
+// the customer events to the search consumer, a webhook and NATS; relay is
+// the configuration's relay section (empty: the defaults).
+func newWorld(t *testing.T, relay string) *world {
+	w := &world{t: t, db: testenv.NewDB(t), alias: testenv.Name("e2e")}
+	eng, err := url.Parse(testenv.EngineURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.engine = testenv.NewTCPProxy(t, eng.Host)
+	w.engineIx = mapping.PhysicalName(w.alias, 1)
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, testenv.EngineURL(t)+"/"+w.engineIx, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	w.hook = newEndpoint(t)
+	hu, _ := url.Parse(w.hook.URL)
+	w.hookNet = testenv.NewTCPProxy(t, hu.Host)
+	w.nats = natstest.Start(t)
+	w.stream = strings.ToUpper(w.alias)
+
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "defs"), 0o755)
+	def, err := os.ReadFile("../mapping/defs/customers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def = bytes.Replace(def, []byte(`"alias": "customers"`), []byte(`"alias": "`+w.alias+`"`), 1)
+	os.WriteFile(filepath.Join(dir, "defs", w.alias+".json"), def, 0o644)
+	proj := strings.Replace(string(customer.ProjectionFile()), "index: customers", "index: "+w.alias, 1)
+	os.WriteFile(filepath.Join(dir, "projections.yaml"), []byte(proj), 0o644)
+	cfg := fmt.Sprintf(`database: {url: %q, schema: %s}
+relay:
+%s
+engine: {kind: opensearch, urls: ["http://%s"]}
+indexes: {definitions: defs, projections: [projections.yaml]}
+http: {listen: %q}
+log: {level: info, format: json}
+compaction: {interval: -1s}
+consumers:
+  - {name: search, type: search, search: {indexes: [%s]}}
+  - {name: hook, type: webhook, webhook: {url: "http://%s/", secret: %q, concurrency: 8}}
+  - {name: queue, type: nats, nats: {url: %q, stream: %s, subject: "e2e.{aggregate_type}.{event_type}", create_stream: true}}
+routes:
+  - {consumer: search, event_types: ["entity.customer.*"]}
+  - {consumer: hook, event_types: ["entity.customer.*"]}
+  - {consumer: queue, event_types: ["entity.customer.*"]}
+`, w.db.URL, w.db.Schema, relay, w.engine.Addr, testenv.FreeAddr(t), w.alias, w.hookNet.Addr, secret, w.nats.URL, w.stream)
+	w.cfg = filepath.Join(dir, "searchsync.yaml")
+	if err := os.WriteFile(w.cfg, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// proc is one `searchsync run`.
+type proc struct {
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.String()
+}
+
+func (w *world) run(name string) *proc {
+	w.t.Helper()
+	p := &proc{cmd: exec.Command(binary, "run", "-c", w.cfg), log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "DATABASE_URL=", "SEARCHSYNC_CONFIG=", "SEARCHSYNC_HTTP_LISTEN=", "SEARCHSYNC_ENGINE_URL=", "SEARCHSYNC_NATS_URL=")
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	w.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if w.t.Failed() {
+			s := p.log.String()
+			w.t.Logf("--- log of %s (last 4000 bytes):\n%s", name, s[max(0, len(s)-4000):])
+		}
+	})
+	return p
+}
+
+// produce writes realistic customer mutations (creates, partial updates,
+// deletes, bursts) at about rate events/s until the returned stop is called.
+func (w *world) produce(rate int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := loadgen.Steady(ctx, w.db.Pool, outbox.NewWriter(outbox.WriterConfig{Schema: w.db.Schema}),
+			loadgen.New(uint64(time.Now().UnixNano())), rate, 5, 3*time.Second, 20)
+		done <- err
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				w.t.Errorf("producer: %v", err)
+			}
+		})
+	}
+	w.t.Cleanup(stop)
+	return stop
+}
+
+// committed is what the outbox holds of the events created before t: their
+// ids, and the highest version per aggregate.
+func (w *world) committed(t time.Time) (ids []int64, versions map[uuid.UUID]int64) {
+	w.t.Helper()
+	rows, err := w.db.Pool.Query(context.Background(),
+		`SELECT id, aggregate_id, (payload->>'version')::bigint FROM aa_outbox_event WHERE created_at < $1 ORDER BY id`, t)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer rows.Close()
+	versions = map[uuid.UUID]int64{}
+	for rows.Next() {
+		var id, v int64
+		var agg uuid.UUID
+		if err := rows.Scan(&id, &agg, &v); err != nil {
+			w.t.Fatal(err)
+		}
+		ids = append(ids, id)
+		versions[agg] = max(versions[agg], v)
+	}
+	return ids, versions
+}
+
+// indexVersions reads the version of every document of the physical index
+// (tombstones included) straight from the engine.
+func (w *world) indexVersions() map[uuid.UUID]int64 {
+	body := strings.NewReader(`{"size": 10000, "version": true, "_source": false, "query": {"match_all": {}}}`)
+	resp, err := http.Post(testenv.EngineURL(w.t)+"/"+w.engineIx+"/_search", "application/json", body)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Hits struct {
+			Hits []struct {
+				ID      string `json:"_id"`
+				Version int64  `json:"_version"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil
+	}
+	out := map[uuid.UUID]int64{}
+	for _, h := range r.Hits.Hits {
+		if id, err := uuid.Parse(h.ID); err == nil {
+			out[id] = h.Version
+		}
+	}
+	return out
+}
+
+// streamIDs reads the event ids of every message in the stream.
+func (w *world) streamIDs() map[int64]int {
+	msgs, err := natstest.ReadStream(context.Background(), w.nats.URL, w.stream)
+	if err != nil {
+		return nil
+	}
+	out := map[int64]int{}
+	for _, m := range msgs {
+		id, _ := strconv.ParseInt(m.Header.Get("Nats-Msg-Id"), 10, 64)
+		out[id]++
+	}
+	return out
+}
+
+// behind names the consumers that do not hold everything committed before t.
+func (w *world) behind(t time.Time) []string {
+	ids, versions := w.committed(t)
+	var out []string
+	if !w.hook.has(ids) {
+		out = append(out, "hook")
+	}
+	iv := w.indexVersions()
+	for agg, v := range versions {
+		if iv[agg] < v {
+			out = append(out, "search")
+			break
+		}
+	}
+	if s := w.streamIDs(); s != nil {
+		for _, id := range ids {
+			if s[id] == 0 {
+				out = append(out, "queue")
+				break
+			}
+		}
+	} else {
+		out = append(out, "queue")
+	}
+	return out
+}
+
+func without(list []string, name string) []string {
+	var out []string
+	for _, s := range list {
+		if s != name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (w *world) count(q string, args ...any) int {
+	w.t.Helper()
+	var n int
+	if err := w.db.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		w.t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
