@@ -121,9 +121,12 @@ type WriterStats struct {
 // (Unavailable: the engine is overloaded) and other 5xx (Retry: a failure
 // of that item while its neighbours were written).
 //
-// Before every request the writer checks the relay's partition lease
-// (sink.CheckLease): once it has passed nothing more is sent and the ops
-// not yet sent are NotAttempted ("lease deadline passed").
+// After a whole request failed so, the requests of the same Write not sent
+// yet are not sent: their ops are NotAttempted ("not sent: ..."), so that
+// an outage costs one request per Write. Before every request the writer
+// checks the relay's partition lease (sink.CheckLease): once it has passed
+// nothing more is sent and the ops not yet sent are NotAttempted ("lease
+// deadline passed").
 type Writer struct {
 	eng Engine
 	cfg WriterConfig
@@ -179,6 +182,9 @@ func (w *Writer) Stats() WriterStats {
 func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
 	out := make([]Outcome, len(ops))
 	w.stats.ops.Add(int64(len(ops)))
+	// The first failure of a whole request (the engine cannot take
+	// anything): the requests not sent yet are not sent.
+	var down atomic.Pointer[string]
 	var g errgroup.Group
 	g.SetLimit(w.cfg.Concurrency)
 	var chunk []int
@@ -190,7 +196,7 @@ func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
 		idx := chunk
 		chunk, size = nil, 0
 		g.Go(func() error {
-			w.send(ctx, ops, idx, out)
+			w.send(ctx, &down, ops, idx, out)
 			return nil
 		})
 	}
@@ -235,7 +241,7 @@ func opSize(op *BulkOp) int {
 
 // send delivers ops[idx...] (one request, then retries of what failed
 // temporarily) and fills out[idx...].
-func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
+func (w *Writer) send(ctx context.Context, down *atomic.Pointer[string], ops []BulkOp, idx []int, out []Outcome) {
 	if ctx.Err() != nil {
 		return // NotAttempted
 	}
@@ -245,11 +251,11 @@ func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcom
 		return // NotAttempted
 	}
 	defer func() { <-w.sem }()
-	w.sendHeld(ctx, ops, idx, out)
+	w.sendHeld(ctx, down, ops, idx, out)
 }
 
 // sendHeld is send with the request slot already held.
-func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
+func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops []BulkOp, idx []int, out []Outcome) {
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(w.cfg.RetryInitial),
 		backoff.WithMaxInterval(w.cfg.RetryMax),
@@ -259,6 +265,12 @@ func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Ou
 	pending := idx
 	batch := make([]BulkOp, 0, len(idx))
 	for attempt := 1; ; attempt++ {
+		if reason := down.Load(); reason != nil && attempt == 1 {
+			// NotAttempted, not Unavailable: never sent, its attempts
+			// must not move whatever else the batch delivered.
+			w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: "not sent: an earlier request of this write failed: " + *reason}})
+			return
+		}
 		if err := sink.CheckLease(ctx); err != nil {
 			if attempt == 1 {
 				// Nothing of it was sent: the relay leaves the rows as they are.
@@ -295,8 +307,8 @@ func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Ou
 				// Over http.max_content_length: halve until it fits (a
 				// single op that is still too large is poison).
 				mid := len(pending) / 2
-				w.sendHeld(ctx, ops, pending[:mid], out)
-				w.sendHeld(ctx, ops, pending[mid:], out)
+				w.sendHeld(ctx, down, ops, pending[:mid], out)
+				w.sendHeld(ctx, down, ops, pending[mid:], out)
 			case isEngine && !ee.Temporary() && ee.Status != http.StatusUnauthorized && ee.Status != http.StatusForbidden:
 				// The whole request was refused (not an item): nothing
 				// about it will change by retrying.
@@ -314,6 +326,7 @@ func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Ou
 					o.Result = BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}
 				}
 				w.finish(out, pending, o)
+				down.CompareAndSwap(nil, &o.Reason)
 			}
 			return
 		}

@@ -288,6 +288,22 @@ func TestWriterEngineDown(t *testing.T) {
 		t.Errorf("stats %+v; want one request, not retried", st)
 	}
 
+	// Several requests of one Write: after the first failed, the others are
+	// not sent (NotAttempted, with the reason).
+	w1 := indexer.NewWriter(eng, indexer.WriterConfig{FlushCount: 1, Concurrency: 1})
+	outs = w1.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`), op("x", "2", 1, `{}`), op("x", "3", 1, `{}`)})
+	if outs[0].Kind != sink.Unavailable {
+		t.Errorf("first request: %+v; want Unavailable", outs[0])
+	}
+	for i, o := range outs[1:] {
+		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not sent: an earlier request of this write failed: ") || o.Attempts != 0 {
+			t.Errorf("op %d: %+v; want NotAttempted, not sent", i+1, o)
+		}
+	}
+	if st := w1.Stats(); st.Requests != 1 {
+		t.Errorf("stats %+v; want one request", st)
+	}
+
 	// A cancelled context: nothing is sent.
 	cc, cancel := context.WithCancel(context.Background())
 	cancel()

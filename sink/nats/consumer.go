@@ -205,7 +205,8 @@ func (c *Consumer) recreateHint() string {
 // as its previous one is acknowledged.
 //
 // After the first Unavailable outcome the events not yet published are not
-// published: they get the same outcome. Before every publish the relay's
+// published: they are NotAttempted, the failure as the reason. Before every
+// publish the relay's
 // lease is checked (sink.CheckLease); once its deadline has passed nothing
 // more is published and the events are NotAttempted.
 func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
@@ -265,7 +266,10 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 				continue
 			}
 			if down != nil {
-				out[i] = sink.Outcome{Kind: sink.Unavailable, Reason: down.Reason + " (not published: the stream failed earlier in this batch)"}
+				// NotAttempted, not Unavailable: the relay counts an
+				// Unavailable event as a retry when the batch delivered
+				// others, and this one was never published.
+				out[i] = sink.Outcome{Kind: sink.NotAttempted, Reason: "not published: the stream failed earlier in this batch: " + down.Reason}
 				continue
 			}
 			f, subject, o, err := c.publishOne(ctx, events[i])

@@ -322,7 +322,7 @@ func TestNoPubAckIsUnavailable(t *testing.T) {
 		t.Fatalf("outcomes %v", out)
 	}
 	for _, o := range out[2:] {
-		if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "not published") {
+		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not published: the stream failed earlier in this batch: nats: no PubAck") {
 			t.Fatalf("outcomes %v; want the later aggregates not published", out)
 		}
 	}
@@ -336,8 +336,8 @@ func TestNoPubAckIsUnavailable(t *testing.T) {
 	t.Logf("unavailable: %s", out[0].Reason)
 }
 
-// The server stopped: every event is Unavailable at once ("not connected")
-// and Probe fails; back, Probe succeeds and delivery works again.
+// The server stopped: the batch is Unavailable at once ("not connected":
+// the first event; the others not published) and Probe fails; back, Probe succeeds and delivery works again.
 // Then the server runs without JetStream: Unavailable and Probe fails, with
 // that reason; with JetStream again (same store), back to normal.
 func TestServerDownIsUnavailableAndProbed(t *testing.T) {
@@ -360,9 +360,13 @@ func TestServerDownIsUnavailableAndProbed(t *testing.T) {
 	evs := g.Make("a", "b", "c", "a")
 	start := time.Now()
 	out := c.Deliver(ctx, evs)
-	for i, o := range out[:3] {
-		if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "not connected") {
-			t.Fatalf("event %d while the server is down: %v", evs[i].ID, o)
+	if out[0].Kind != sink.Unavailable || !strings.Contains(out[0].Reason, "not connected") {
+		t.Fatalf("first event while the server is down: %v", out[0])
+	}
+	for i, o := range out[1:3] {
+		// Not published after the first failure: their attempts must not move.
+		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not published: ") || !strings.Contains(o.Reason, "not connected") {
+			t.Fatalf("event %d while the server is down: %v", evs[i+1].ID, o)
 		}
 	}
 	if out[3].Kind != sink.NotAttempted {

@@ -26,8 +26,11 @@
 // are not buffered while disconnected), no PubAck within nats.timeout, a 5xx
 // API error, a server without JetStream, and a stream that no longer covers
 // the subject. After the first Unavailable outcome of a Deliver call, the
-// events not published yet are not published (the same outcome), so an
-// outage costs one timeout per batch. While paused the relay calls Probe:
+// events not published yet are not published, so an outage costs one
+// timeout per batch; they are NotAttempted with the failure as the reason
+// ("not published: ..."), so that their attempts cannot move when the relay
+// counts the batch's Unavailable events as retries (it does when other
+// events of the batch were delivered). While paused the relay calls Probe:
 // connected, JetStream account info, and stream info of nats.stream.
 //
 // "No responders" needs care: it says that nothing listens on the subject,

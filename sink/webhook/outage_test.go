@@ -30,27 +30,39 @@ func countingClient(dials *atomic.Int32) *http.Client {
 	}}
 }
 
-// checkOutage asserts that every aggregate's first event is Unavailable with
-// a reason containing want and the later ones NotAttempted.
-func checkOutage(t *testing.T, evs []*outbox.Event, out []sink.Outcome, want string) {
+// checkOutage asserts the outcomes of a batch sent while the endpoint is
+// down: sent aggregate heads are Unavailable with a reason containing want,
+// at most sent of them and at least one; the heads not sent are
+// NotAttempted with "not sent: " and the same reason; later events of an
+// aggregate NotAttempted.
+func checkOutage(t *testing.T, evs []*outbox.Event, out []sink.Outcome, want string, sent int) {
 	t.Helper()
 	head := map[uuid.UUID]bool{}
+	unavailable := 0
 	for i, e := range evs {
-		wantKind := sink.Unavailable
-		if head[*e.AggregateID] {
-			wantKind = sink.NotAttempted
+		o := out[i]
+		switch {
+		case head[*e.AggregateID]:
+			if o.Kind != sink.NotAttempted {
+				t.Fatalf("event %d after its aggregate's head: %v %q, want not attempted", e.ID, o.Kind, o.Reason)
+			}
+		case o.Kind == sink.Unavailable && strings.Contains(o.Reason, want):
+			unavailable++
+		case o.Kind == sink.NotAttempted && strings.HasPrefix(o.Reason, "not sent: the endpoint failed earlier in this batch: ") && strings.Contains(o.Reason, want):
+		default:
+			t.Fatalf("event %d: %v %q, want unavailable or not sent (%q)", e.ID, o.Kind, o.Reason, want)
 		}
 		head[*e.AggregateID] = true
-		if out[i].Kind != wantKind || (wantKind == sink.Unavailable && !strings.Contains(out[i].Reason, want)) {
-			t.Fatalf("event %d: %v %q, want %v (%q)", e.ID, out[i].Kind, out[i].Reason, wantKind, want)
-		}
+	}
+	if unavailable < 1 || unavailable > sent {
+		t.Fatalf("%d events unavailable, want 1..%d (the rest not sent)", unavailable, sent)
 	}
 }
 
-// An endpoint that refuses connections is Unavailable for the whole batch:
-// with one request at a time only the first event is tried and every other
-// aggregate's head gets the same outcome unsent (their later events
-// NotAttempted); with more concurrency at most that many are tried.
+// An endpoint that refuses connections: with one request at a time only the
+// first event is tried (Unavailable); every other aggregate's head is not
+// sent (NotAttempted, the reason saying why), so that its attempts cannot
+// move; with more concurrency at most that many are tried.
 func TestRefusedEndpointIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.NotFoundHandler())
@@ -64,7 +76,7 @@ func TestRefusedEndpointIsUnavailable(t *testing.T) {
 		}
 		evs := events(10, 2)
 		out := c.Deliver(t.Context(), evs)
-		checkOutage(t, evs, out, "refused")
+		checkOutage(t, evs, out, "refused", conc)
 		if n := dials.Load(); n < 1 || int(n) > conc {
 			t.Fatalf("concurrency %d: %d connection attempts for one Deliver call, want 1..%d", conc, n, conc)
 		}
@@ -73,6 +85,7 @@ func TestRefusedEndpointIsUnavailable(t *testing.T) {
 
 // 503 and 429 say the endpoint as a whole is down or overloaded: after the
 // first, the rest of the batch is not sent, and the Retry-After is kept.
+// (Unavailable for the one sent, with nothing delivered: the relay pauses.)
 func TestOverloadedEndpointIsUnavailable(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
@@ -83,7 +96,7 @@ func TestOverloadedEndpointIsUnavailable(t *testing.T) {
 		c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = 1 })
 		evs := events(5, 3)
 		out := c.Deliver(t.Context(), evs)
-		checkOutage(t, evs, out, strconv.Itoa(status))
+		checkOutage(t, evs, out, strconv.Itoa(status), 1)
 		for i, o := range out {
 			if o.Kind == sink.Unavailable && o.RetryAfter != 7*time.Second {
 				t.Fatalf("status %d, event %d: RetryAfter %s, want 7s", status, evs[i].ID, o.RetryAfter)
@@ -140,7 +153,7 @@ func TestTimeoutIsUnavailable(t *testing.T) {
 	start := time.Now()
 	evs := events(5, 1)
 	out := c.Deliver(t.Context(), evs)
-	checkOutage(t, evs, out, "no answer within 300ms")
+	checkOutage(t, evs, out, "no answer within 300ms", 1)
 	if d := time.Since(start); d > 1200*time.Millisecond {
 		t.Fatalf("Deliver of 5 events took %s with a 300ms timeout; want one timeout", d)
 	}

@@ -23,11 +23,16 @@
 //
 // After the first failure that says the endpoint is down or refuses load —
 // no connection, a timeout, 408, 429, 502, 503, 504 — the events of the
-// Deliver call that were not sent yet are not sent: they get the same
-// Unavailable outcome, so an outage costs one timeout per batch, not one per
-// event. A 500 (or another 5xx) is the endpoint's answer to one request
-// and may be the event's own doing: the batch goes on, and when other
-// events were delivered the relay counts it as that event's retry.
+// Deliver call that were not sent yet are not sent, so an outage costs one
+// timeout per batch, not one per event. They are NotAttempted, with the
+// failure as the reason ("not sent: ..."), not Unavailable: when the same
+// batch delivered other events (the outage began mid-batch) the relay
+// counts an Unavailable event as that event's retry, and an event that was
+// never sent must not lose an attempt. When nothing was delivered, the
+// batch's Unavailable outcome pauses the consumer either way. A 500 (or
+// another 5xx) is the endpoint's answer to one request and may be the
+// event's own doing: the batch goes on, and when other events were
+// delivered the relay counts it as that event's retry.
 //
 // # Fencing
 //
@@ -267,13 +272,14 @@ type batch struct {
 }
 
 // notSent is the outcome of an event that is not sent because the endpoint
-// failed earlier in the batch.
+// failed earlier in the batch: NotAttempted (its attempts must not move),
+// the failure as the reason.
 func (b *batch) notSent() (sink.Outcome, bool) {
 	o := b.down.Load()
 	if o == nil {
 		return sink.Outcome{}, false
 	}
-	return sink.Outcome{Kind: o.Kind, RetryAfter: o.RetryAfter, Reason: o.Reason + " (not sent: the endpoint failed earlier in this batch)"}, true
+	return sink.Outcome{Kind: sink.NotAttempted, Reason: "not sent: the endpoint failed earlier in this batch: " + o.Reason}, true
 }
 
 // deliverOne sends one event and maps the answer to an outcome. A cancelled
