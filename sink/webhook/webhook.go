@@ -16,10 +16,11 @@
 // 2xx is delivered. A failure of the endpoint as a whole is sink.Unavailable
 // (the relay pauses the consumer; the events' attempts do not move): no
 // connection (refused, reset, DNS, TLS handshake), no answer within
-// webhook.timeout, 408, 429 and 5xx. A Retry-After header is quoted in the
-// reason and kept in Outcome.RetryAfter. Any other status (other 4xx, a
-// redirect) is poison: the reason holds the status and the start of the
-// response body.
+// webhook.timeout, 408, 429 and 5xx, and 401/403 (the receiver refuses our
+// signature or credentials: a configuration to fix, not an event to fail).
+// A Retry-After header is quoted in the reason and kept in
+// Outcome.RetryAfter. Any other status (other 4xx, a redirect) is poison:
+// the reason holds the status and the start of the response body.
 //
 // After the first failure that says the endpoint is down or refuses load —
 // no connection, a timeout, 408, 429, 502, 503, 504 — the events of the
@@ -365,7 +366,8 @@ func classify(resp *http.Response, snippet string) (sink.Outcome, bool) {
 	switch {
 	case code >= 200 && code < 300:
 		return sink.Ok(), false
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 ||
+		code == http.StatusUnauthorized || code == http.StatusForbidden:
 		reason := "HTTP " + resp.Status
 		var after time.Duration
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
