@@ -31,6 +31,11 @@ type WriterConfig struct {
 	// Concurrency is the most _bulk requests in flight at once, over all
 	// Write and Add calls of the writer. Default 2.
 	Concurrency int
+	// RequestTimeout bounds one _bulk request: an engine that takes the
+	// connection but does not answer (a stalled node, a black-holed
+	// network) is Unavailable after it ("no answer within …") instead of
+	// holding the batch. Default 30s.
+	RequestTimeout time.Duration
 	// RetryInitial is the first wait before retrying items answered 429
 	// (rejected execution) or 5xx while the request as a whole was
 	// answered. Default 100ms.
@@ -63,6 +68,9 @@ func (c WriterConfig) withDefaults() WriterConfig {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 2
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
 	}
 	if c.RetryInitial <= 0 {
 		c.RetryInitial = 100 * time.Millisecond
@@ -112,9 +120,10 @@ type WriterStats struct {
 // reason. What is about the engine rather than the op is Unavailable, at
 // once and without retries of the writer's own, so that the relay pauses
 // the consumer within seconds: a request that gets no answer (connection
-// refused or reset, DNS, TLS, timeout), a whole request answered 429, 5xx,
-// 401 or 403, an answer the writer cannot read, and the items refused by a
-// cluster block, for a missing index or alias, or 401/403. Two item answers
+// refused or reset, DNS, TLS, no answer within RequestTimeout), a whole
+// request answered 429, 5xx, 401 or 403, an answer the writer cannot read,
+// and the items refused by a cluster block, for a missing index or alias,
+// or 401/403. Two item answers
 // are retried by the writer first — only the failing items, in a smaller
 // request, with exponential backoff until RetryElapsed — and reported with
 // their last outcome when they still fail: 429 rejected execution
@@ -286,7 +295,14 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 		}
 		w.stats.requests.Add(1)
 		sent := time.Now()
-		res, err := w.eng.Bulk(ctx, batch)
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+		res, err := w.eng.Bulk(rctx, batch)
+		timedOut := err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if timedOut {
+			err = &TransportError{Op: fmt.Sprintf("%s bulk of %d ops", w.eng.Kind(), len(batch)),
+				Err: fmt.Errorf("no answer within %s", w.cfg.RequestTimeout)}
+		}
 		if w.cfg.OnBulk != nil {
 			size := 0
 			for _, op := range batch {

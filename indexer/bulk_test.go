@@ -312,6 +312,52 @@ func TestWriterEngineDown(t *testing.T) {
 	}
 }
 
+// hungURL is a TEST-ONLY server that takes connections and never answers
+// (a stalled node, a black-holed network).
+func hungURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never read or answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + l.Addr().String()
+}
+
+// An engine that does not answer is Unavailable after RequestTimeout.
+func TestWriterHungEngineIsUnavailable(t *testing.T) {
+	t.Parallel()
+	eng := newOpenSearch(t, hungURL(t))
+	w := indexer.NewWriter(eng, indexer.WriterConfig{RequestTimeout: 300 * time.Millisecond})
+	start := time.Now()
+	o := w.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`)})[0]
+	if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "opensearch bulk of 1 ops: engine unreachable: no answer within 300ms") {
+		t.Errorf("outcome %+v; want Unavailable, no answer within 300ms", o)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Write took %s with a 300ms request timeout", d)
+	}
+}
+
 // lease is a test sink.Lease whose deadline has passed when expired is set.
 type lease struct{ expired atomic.Bool }
 

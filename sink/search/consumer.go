@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
@@ -43,8 +44,13 @@ type Config struct {
 	Name string
 	// Engine is the search engine. Required.
 	Engine indexer.Engine
-	// Writer sends the bulk requests. Default: indexer.NewWriter(Engine, indexer.WriterConfig{Logger: Logger}).
+	// Writer sends the bulk requests. Default: indexer.NewWriter(Engine,
+	// indexer.WriterConfig{Logger: Logger, RequestTimeout: RequestTimeout}).
 	Writer *indexer.Writer
+	// RequestTimeout bounds each request of the consumer's own (_mget,
+	// per-tenant index creation, each step of Probe): an engine that does
+	// not answer is Unavailable after it. Default 30s.
+	RequestTimeout time.Duration
 	// Projections turn events into documents. Required.
 	Projections *projections.Set
 	// Defs are the index definitions by alias. Required: every index a
@@ -124,11 +130,12 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	c := &Consumer{cfg: cfg, writer: cfg.Writer, logger: cfg.Logger, ensured: map[string]*mapping.Status{}, physical: map[string]string{}}
 	c.cfg.Name = cmp.Or(cfg.Name, "search")
+	c.cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 30*time.Second)
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	if c.writer == nil {
-		c.writer = indexer.NewWriter(cfg.Engine, indexer.WriterConfig{Logger: c.logger})
+		c.writer = indexer.NewWriter(cfg.Engine, indexer.WriterConfig{Logger: c.logger, RequestTimeout: c.cfg.RequestTimeout})
 	}
 	c.indexes = slices.Clone(cfg.Indexes)
 	if len(c.indexes) == 0 {
@@ -223,6 +230,18 @@ func (c *Consumer) ensureTenant(ctx context.Context, def *mapping.Def) error {
 	return nil
 }
 
+// bounded runs one request of the consumer's own under RequestTimeout; an
+// engine that did not answer in time is a transport error saying so.
+func (c *Consumer) bounded(ctx context.Context, call func(context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	err := call(rctx)
+	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		return &indexer.TransportError{Op: c.cfg.Engine.Kind() + " request", Err: fmt.Errorf("no answer within %s (%v)", c.cfg.RequestTimeout, err)}
+	}
+	return err
+}
+
 // seen records the physical index behind alias.
 func (c *Consumer) seen(alias, index string) {
 	if index == "" {
@@ -264,7 +283,7 @@ func (c *Consumer) unavailable(alias string, err error, format string, args ...a
 // points to an index, and no write block is set on those indexes or the
 // cluster. It returns what stands in the way.
 func (c *Consumer) Probe(ctx context.Context) error {
-	if err := c.cfg.Engine.Ping(ctx); err != nil {
+	if err := c.bounded(ctx, c.cfg.Engine.Ping); err != nil {
 		return fmt.Errorf("search engine: %w", err)
 	}
 	var aliases []string
@@ -281,7 +300,11 @@ func (c *Consumer) Probe(ctx context.Context) error {
 	slices.Sort(aliases)
 	var physical []string
 	for _, a := range aliases {
-		targets, err := c.cfg.Engine.AliasTargets(ctx, a)
+		var targets []string
+		err := c.bounded(ctx, func(ctx context.Context) (err error) {
+			targets, err = c.cfg.Engine.AliasTargets(ctx, a)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("search engine: %w", err)
 		}
@@ -293,7 +316,11 @@ func (c *Consumer) Probe(ctx context.Context) error {
 		}
 		physical = append(physical, targets...)
 	}
-	blocks, err := c.cfg.Engine.WriteBlocks(ctx, physical...)
+	var blocks []indexer.Block
+	err := c.bounded(ctx, func(ctx context.Context) (err error) {
+		blocks, err = c.cfg.Engine.WriteBlocks(ctx, physical...)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("search engine: %w", err)
 	}
@@ -461,7 +488,7 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 		}
 		if t.def.Tenancy.Mode == mapping.TenancyPerTenant {
 			td, _ := t.def.ForTenant(first.Tenant)
-			if err := c.ensureTenant(ctx, td); err != nil {
+			if err := c.bounded(ctx, func(ctx context.Context) error { return c.ensureTenant(ctx, td) }); err != nil {
 				// Not the event's fault (the engine is away, or the
 				// definition is refused, which an operator fixes).
 				c.failTarget(t, out, c.unavailable(t.alias, err, "ensure index for tenant alias %s", t.alias))
@@ -482,7 +509,11 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 			ids[i] = t.id
 		}
 		c.stats.mgets.Add(1)
-		docs, err := c.cfg.Engine.MGet(ctx, alias, ids)
+		var docs map[string]indexer.Doc
+		err := c.bounded(ctx, func(ctx context.Context) (err error) {
+			docs, err = c.cfg.Engine.MGet(ctx, alias, ids)
+			return err
+		})
 		if err != nil {
 			o := c.unavailable(alias, err, "read current documents of %s", alias)
 			if ctx.Err() != nil {

@@ -2,8 +2,10 @@ package search_test
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,6 +142,63 @@ func TestIndexDeletedWhileRunning(t *testing.T) {
 		t.Fatalf("probe after the index was recreated: %v", err)
 	}
 	b.deliver(b.produce(customer.Updated(ch(a, 3, map[string]any{"status": "active"}))), ok)
+}
+
+// hungEngine is a TEST-ONLY server that takes connections and never answers
+// (a stalled node, a black-holed network).
+func hungEngine(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + l.Addr().String()
+}
+
+// An engine that takes connections and never answers: Unavailable after the
+// request timeout (the batch is not held until the lease runs out), and the
+// probe fails the same way.
+func TestHungEngineIsUnavailable(t *testing.T) {
+	b := setup(t)
+	eng, err := indexer.New(config.Engine{URLs: []string{hungEngine(t)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := b.consumer(func(c *search.Config) { c.Engine = eng; c.RequestTimeout = 300 * time.Millisecond })
+	a := uuid.New()
+	evs := b.produce(
+		customer.Created(ch(uuid.New(), 1, map[string]any{"status": "draft"})),
+		customer.Updated(ch(a, 2, map[string]any{"status": "active"})), // _mget first
+	)
+	start := time.Now()
+	out := cons.Deliver(b.ctx, evs)
+	checkUnavailable(t, evs, out, "no answer within 300ms")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Deliver took %s with a 300ms request timeout", d)
+	}
+	if err := cons.Probe(b.ctx); err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Fatalf("probe of a hung engine: %v", err)
+	}
 }
 
 // Probe is cancelled with its context and then fails (the relay bounds each
