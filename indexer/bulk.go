@@ -31,14 +31,22 @@ type WriterConfig struct {
 	// Concurrency is the most _bulk requests in flight at once, over all
 	// Write and Add calls of the writer. Default 2.
 	Concurrency int
-	// RetryInitial is the first wait before retrying items answered 429/5xx
-	// or a request that got no answer. Default 100ms.
+	// RequestTimeout bounds one _bulk request: an engine that takes the
+	// connection but does not answer (a stalled node, a black-holed
+	// network) is Unavailable after it ("no answer within …") instead of
+	// holding the batch. Default 30s.
+	RequestTimeout time.Duration
+	// RetryInitial is the first wait before retrying items answered 429
+	// (rejected execution) or 5xx while the request as a whole was
+	// answered. Default 100ms.
 	RetryInitial time.Duration
-	// RetryMax caps one wait. Default 5s.
+	// RetryMax caps one wait. Default 2s.
 	RetryMax time.Duration
-	// RetryElapsed bounds how long one request and its retried items keep
-	// trying; what is still failing then is reported as Retry (the relay
-	// retries it later with its own backoff). Default 10s.
+	// RetryElapsed bounds how long the retried items of one request keep
+	// trying; what still fails then is reported with its last outcome
+	// (Unavailable for 429, Retry for 5xx) so that the relay decides.
+	// Default 5s: an overloaded engine must reach the relay (which pauses
+	// the consumer) within seconds.
 	RetryElapsed time.Duration
 	// Logger receives retries and give-ups (debug/warn). Default: discard.
 	Logger *slog.Logger
@@ -61,14 +69,17 @@ func (c WriterConfig) withDefaults() WriterConfig {
 	if c.Concurrency <= 0 {
 		c.Concurrency = 2
 	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
 	if c.RetryInitial <= 0 {
 		c.RetryInitial = 100 * time.Millisecond
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Second
+		c.RetryMax = 2 * time.Second
 	}
 	if c.RetryElapsed <= 0 {
-		c.RetryElapsed = 10 * time.Second
+		c.RetryElapsed = 5 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -77,8 +88,10 @@ func (c WriterConfig) withDefaults() WriterConfig {
 }
 
 // Outcome is the result of one op: its sink outcome (OK, Stale, Retry,
-// Poison, or NotAttempted when the context ended before it was sent), the
-// engine's last answer for it, and how many requests carried it.
+// Unavailable, Poison, or NotAttempted when the context ended or the lease
+// deadline passed before it was sent, or the request in flight was
+// cancelled), the engine's last answer for it, and how many requests
+// carried it.
 type Outcome struct {
 	sink.Outcome
 	Result   BulkResult // zero when no item answer was received
@@ -92,6 +105,7 @@ type WriterStats struct {
 	OK              int64
 	Stale           int64
 	Retry           int64 // ops reported Retry (after the writer's own retries)
+	Unavailable     int64 // ops reported Unavailable (the engine as a whole could not take them)
 	Poison          int64
 	ItemRetries     int64 // items re-sent after a 429/5xx answer
 	TransportErrors int64 // requests that got no answer
@@ -101,19 +115,34 @@ type WriterStats struct {
 // item of every answer. Safe for concurrent use.
 //
 // Classification (see Classify): 2xx is OK; a 409 version conflict is Stale
-// (the engine already holds this or a newer version: delivered); 429, 5xx
-// and engine-side conditions (cluster blocks, a missing index) are retried
-// with exponential backoff — only the failing items, in a smaller request —
-// until RetryElapsed, then reported Retry; mapping and parse errors and other
-// 4xx are Poison with the engine's type and reason. A request that gets no
-// answer at all is retried whole with backoff, then its ops are Retry.
+// (the engine already holds this or a newer version: delivered); mapping
+// and parse errors and other 4xx are Poison with the engine's type and
+// reason. What is about the engine rather than the op is Unavailable, at
+// once and without retries of the writer's own, so that the relay pauses
+// the consumer within seconds: a request that gets no answer (connection
+// refused or reset, DNS, TLS, no answer within RequestTimeout), a whole
+// request answered 429, 5xx, 401 or 403, an answer the writer cannot read,
+// and the items refused by a cluster block, for a missing index or alias,
+// or 401/403. Two item answers
+// are retried by the writer first — only the failing items, in a smaller
+// request, with exponential backoff until RetryElapsed — and reported with
+// their last outcome when they still fail: 429 rejected execution
+// (Unavailable: the engine is overloaded) and other 5xx (Retry: a failure
+// of that item while its neighbours were written).
+//
+// After a whole request failed so, the requests of the same Write not sent
+// yet are not sent: their ops are NotAttempted ("not sent: ..."), so that
+// an outage costs one request per Write. Before every request the writer
+// checks the relay's partition lease (sink.CheckLease): once it has passed
+// nothing more is sent and the ops not yet sent are NotAttempted ("lease
+// deadline passed").
 type Writer struct {
 	eng Engine
 	cfg WriterConfig
 	sem chan struct{}
 
 	stats struct {
-		requests, ops, ok, stale, retry, poison, itemRetries, transport atomic.Int64
+		requests, ops, ok, stale, retry, unavailable, poison, itemRetries, transport atomic.Int64
 	}
 
 	// async (Add) state
@@ -146,7 +175,7 @@ func (w *Writer) Stats() WriterStats {
 	s := &w.stats
 	return WriterStats{
 		Requests: s.requests.Load(), Ops: s.ops.Load(), OK: s.ok.Load(), Stale: s.stale.Load(),
-		Retry: s.retry.Load(), Poison: s.poison.Load(), ItemRetries: s.itemRetries.Load(),
+		Retry: s.retry.Load(), Unavailable: s.unavailable.Load(), Poison: s.poison.Load(), ItemRetries: s.itemRetries.Load(),
 		TransportErrors: s.transport.Load(),
 	}
 }
@@ -154,13 +183,17 @@ func (w *Writer) Stats() WriterStats {
 // Write sends ops now — split into requests by FlushCount and FlushBytes, at
 // most Concurrency in flight — and returns one Outcome per op, in order. It
 // returns when every op has a final outcome (after the writer's own
-// retries) or ctx ends (unsent ops are NotAttempted, ops in flight Retry).
+// retries) or ctx ends (unsent ops and ops in flight are NotAttempted, ops
+// waiting for a retry of the writer keep their last outcome).
 //
 // Ops of one document should be coalesced by the caller; if several are
 // given, external versions keep the highest, whatever the order.
 func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
 	out := make([]Outcome, len(ops))
 	w.stats.ops.Add(int64(len(ops)))
+	// The first failure of a whole request (the engine cannot take
+	// anything): the requests not sent yet are not sent.
+	var down atomic.Pointer[string]
 	var g errgroup.Group
 	g.SetLimit(w.cfg.Concurrency)
 	var chunk []int
@@ -172,7 +205,7 @@ func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
 		idx := chunk
 		chunk, size = nil, 0
 		g.Go(func() error {
-			w.send(ctx, ops, idx, out)
+			w.send(ctx, &down, ops, idx, out)
 			return nil
 		})
 	}
@@ -217,7 +250,7 @@ func opSize(op *BulkOp) int {
 
 // send delivers ops[idx...] (one request, then retries of what failed
 // temporarily) and fills out[idx...].
-func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
+func (w *Writer) send(ctx context.Context, down *atomic.Pointer[string], ops []BulkOp, idx []int, out []Outcome) {
 	if ctx.Err() != nil {
 		return // NotAttempted
 	}
@@ -227,11 +260,11 @@ func (w *Writer) send(ctx context.Context, ops []BulkOp, idx []int, out []Outcom
 		return // NotAttempted
 	}
 	defer func() { <-w.sem }()
-	w.sendHeld(ctx, ops, idx, out)
+	w.sendHeld(ctx, down, ops, idx, out)
 }
 
 // sendHeld is send with the request slot already held.
-func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Outcome) {
+func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops []BulkOp, idx []int, out []Outcome) {
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(w.cfg.RetryInitial),
 		backoff.WithMaxInterval(w.cfg.RetryMax),
@@ -241,13 +274,35 @@ func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Ou
 	pending := idx
 	batch := make([]BulkOp, 0, len(idx))
 	for attempt := 1; ; attempt++ {
+		if reason := down.Load(); reason != nil && attempt == 1 {
+			// NotAttempted, not Unavailable: never sent, its attempts
+			// must not move whatever else the batch delivered.
+			w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: "not sent: an earlier request of this write failed: " + *reason}})
+			return
+		}
+		if err := sink.CheckLease(ctx); err != nil {
+			if attempt == 1 {
+				// Nothing of it was sent: the relay leaves the rows as they are.
+				w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: fenced(err)}})
+			} else {
+				w.giveUp(out, pending, attempt-1, fmt.Sprintf("(not retried: %s)", fenced(err)))
+			}
+			return
+		}
 		batch = batch[:0]
 		for _, i := range pending {
 			batch = append(batch, ops[i])
 		}
 		w.stats.requests.Add(1)
 		sent := time.Now()
-		res, err := w.eng.Bulk(ctx, batch)
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+		res, err := w.eng.Bulk(rctx, batch)
+		timedOut := err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if timedOut {
+			err = &TransportError{Op: fmt.Sprintf("%s bulk of %d ops", w.eng.Kind(), len(batch)),
+				Err: fmt.Errorf("no answer within %s", w.cfg.RequestTimeout)}
+		}
 		if w.cfg.OnBulk != nil {
 			size := 0
 			for _, op := range batch {
@@ -255,80 +310,100 @@ func (w *Writer) sendHeld(ctx context.Context, ops []BulkOp, idx []int, out []Ou
 			}
 			w.cfg.OnBulk(len(batch), size, time.Since(sent), err)
 		}
-		var reason string
 		if err != nil {
 			ee, isEngine := AsEngineError(err)
 			switch {
 			case ctx.Err() != nil:
-				w.finish(out, pending, Outcome{Outcome: sink.Retryf("bulk interrupted: %v", err), Attempts: attempt})
-				return
+				// Cancelled in flight (the relay stops, or its lease
+				// deadline passed): the engine may or may not have
+				// applied it; the row stays as it is and the versioned
+				// redelivery is harmless.
+				w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: "bulk interrupted: " + fenced(context.Cause(ctx))}, Attempts: attempt})
 			case isEngine && ee.Status == http.StatusRequestEntityTooLarge && len(pending) > 1:
 				// Over http.max_content_length: halve until it fits (a
 				// single op that is still too large is poison).
 				mid := len(pending) / 2
-				w.sendHeld(ctx, ops, pending[:mid], out)
-				w.sendHeld(ctx, ops, pending[mid:], out)
-				return
-			case isEngine && !ee.Temporary():
+				w.sendHeld(ctx, down, ops, pending[:mid], out)
+				w.sendHeld(ctx, down, ops, pending[mid:], out)
+			case isEngine && !ee.Temporary() && ee.Status != http.StatusUnauthorized && ee.Status != http.StatusForbidden:
 				// The whole request was refused (not an item): nothing
 				// about it will change by retrying.
 				w.finish(out, pending, Outcome{Outcome: sink.Poisonf("%s", ee.Error()), Result: BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}, Attempts: attempt})
-				return
-			case !IsTemporary(err):
-				// A configuration problem (e.g. the wrong engine kind) or
-				// an unreadable answer: not the events' fault.
-				w.finish(out, pending, Outcome{Outcome: sink.Retryf("%v", err), Attempts: attempt})
-				return
-			}
-			if IsTransport(err) {
-				w.stats.transport.Add(1)
-			}
-			reason = err.Error()
-		} else {
-			next := pending[:0:0]
-			for j, r := range res {
-				i := pending[j]
-				o := Classify(ops[i], r)
-				if o.Kind == sink.Retry {
-					next = append(next, i)
-					out[i] = Outcome{Outcome: o, Result: r, Attempts: attempt}
-					reason = o.Reason
-					continue
+			default:
+				// No answer, the whole request answered 429/5xx/401/403,
+				// the wrong engine kind, an unreadable answer: the engine
+				// cannot take anything now. The relay pauses the consumer
+				// and probes; retrying here would only delay that.
+				if IsTransport(err) {
+					w.stats.transport.Add(1)
 				}
-				w.finish(out, []int{i}, Outcome{Outcome: o, Result: r, Attempts: attempt})
+				o := Outcome{Outcome: sink.Unavailablef("%v", err), Attempts: attempt}
+				if isEngine {
+					o.Result = BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}
+				}
+				w.finish(out, pending, o)
+				down.CompareAndSwap(nil, &o.Reason)
 			}
-			if len(next) == 0 {
-				return
-			}
-			w.stats.itemRetries.Add(int64(len(next)))
-			pending = next
-		}
-		d := b.NextBackOff()
-		if d == backoff.Stop {
-			w.cfg.Logger.Warn("bulk: giving up, reporting retry", "ops", len(pending), "attempts", attempt,
-				"elapsed", time.Since(start).Round(time.Millisecond), "reason", reason)
-			w.giveUp(out, pending, attempt, fmt.Sprintf("%s (still failing after %d attempts in %s)", reason, attempt, time.Since(start).Round(time.Millisecond)))
 			return
 		}
-		w.cfg.Logger.Debug("bulk: retrying", "ops", len(pending), "attempt", attempt, "wait", d, "reason", reason)
+		next := pending[:0:0]
+		var reason string
+		for j, r := range res {
+			i := pending[j]
+			o, again := classify(ops[i], r)
+			if again {
+				next = append(next, i)
+				out[i] = Outcome{Outcome: o, Result: r, Attempts: attempt}
+				reason = o.Reason
+				continue
+			}
+			w.finish(out, []int{i}, Outcome{Outcome: o, Result: r, Attempts: attempt})
+		}
+		if len(next) == 0 {
+			return
+		}
+		w.stats.itemRetries.Add(int64(len(next)))
+		pending = next
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			w.cfg.Logger.Warn("bulk: giving up on items", "ops", len(pending), "attempts", attempt,
+				"elapsed", time.Since(start).Round(time.Millisecond), "reason", reason)
+			w.giveUp(out, pending, attempt, fmt.Sprintf("(still failing after %d attempts in %s)", attempt, time.Since(start).Round(time.Millisecond)))
+			return
+		}
+		w.cfg.Logger.Debug("bulk: retrying items", "ops", len(pending), "attempt", attempt, "wait", d, "reason", reason)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			w.giveUp(out, pending, attempt, fmt.Sprintf("%s (interrupted: %v)", reason, ctx.Err()))
+			w.giveUp(out, pending, attempt, fmt.Sprintf("(not retried: %s)", fenced(context.Cause(ctx))))
 			return
 		}
 	}
 }
 
-// giveUp reports pending ops as Retry, keeping the last item answer.
-func (w *Writer) giveUp(out []Outcome, pending []int, attempts int, reason string) {
-	for _, i := range pending {
-		out[i].Outcome = sink.Outcome{Kind: sink.Retry, Reason: reason}
-		out[i].Attempts = attempts
+// fenced names why a delivery context ended: the relay's lease deadline, or
+// the context's own error.
+func fenced(err error) string {
+	if errors.Is(err, sink.ErrLeaseExpired) {
+		return "lease deadline passed"
 	}
-	w.stats.retry.Add(int64(len(pending)))
+	if err == nil {
+		return "cancelled"
+	}
+	return err.Error()
+}
+
+// giveUp reports pending ops with their last outcome (kept in out by
+// sendHeld), the note appended to its reason.
+func (w *Writer) giveUp(out []Outcome, pending []int, attempts int, note string) {
+	for _, i := range pending {
+		o := out[i]
+		o.Reason += " " + note
+		o.Attempts = attempts
+		w.finish(out, []int{i}, o)
+	}
 }
 
 func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
@@ -343,6 +418,8 @@ func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
 		w.stats.stale.Add(n)
 	case sink.Retry:
 		w.stats.retry.Add(n)
+	case sink.Unavailable:
+		w.stats.unavailable.Add(n)
 	case sink.Poison:
 		w.stats.poison.Add(n)
 	}
@@ -354,32 +431,52 @@ func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
 //     still records the delete's version): OK.
 //   - 409 (version_conflict_engine_exception): Stale — the engine already
 //     holds this or a newer version, so the op counts as delivered.
-//   - 429 and 5xx: Retry (the Writer retries these items itself first).
-//   - cluster_block_exception (any status), index_not_found_exception and
-//     401/403: Retry — conditions of the engine that an operator fixes,
-//     not faults of the event.
+//   - cluster_block_exception (any status), index_not_found_exception, 401
+//     and 403: Unavailable — conditions of the engine that an operator (or
+//     the engine itself, for the disk watermark's block) fixes, not faults
+//     of the event. The reason starts with "cluster block on <index>",
+//     "index <index> missing" or "not authorized to write <index>".
+//   - 429 (es_rejected_execution_exception: the write queue is full) and
+//     503 unavailable_shards_exception (no active primary shard):
+//     Unavailable — the engine is overloaded or the index is not
+//     allocated; the Writer retries 429 items itself first.
+//   - other 5xx: Retry (the Writer retries these items itself first).
+//   - no item answer at all: Retry.
 //   - any other 4xx (mapper_parsing_exception, illegal_argument_exception,
 //     strict_dynamic_mapping_exception, …): Poison with the engine's type
 //     and reason.
 func Classify(op BulkOp, r BulkResult) sink.Outcome {
+	o, _ := classify(op, r)
+	return o
+}
+
+// classify is Classify, and whether the Writer retries the item itself.
+func classify(op BulkOp, r BulkResult) (o sink.Outcome, again bool) {
 	what := fmt.Sprintf("%s %s/%s v%d", op.Type, op.Index, op.ID, op.Version)
-	engineSaid := fmt.Sprintf("%s: engine answered %d %s: %s", what, r.Status, r.ErrType, r.ErrReason)
+	engineSaid := fmt.Sprintf("engine answered %d %s: %s", r.Status, r.ErrType, r.ErrReason)
 	switch {
 	case r.Status >= 200 && r.Status < 300:
-		return sink.Ok()
+		return sink.Ok(), false
 	case r.Status == http.StatusNotFound && op.Type == OpDelete && r.ErrType == "":
-		return sink.Ok()
+		return sink.Ok(), false
 	case r.Status == http.StatusConflict:
-		return sink.Outcome{Kind: sink.Stale, Reason: engineSaid}
-	case r.Status == http.StatusTooManyRequests || r.Status >= 500:
-		return sink.Outcome{Kind: sink.Retry, Reason: engineSaid}
-	case r.ErrType == "cluster_block_exception", r.ErrType == "index_not_found_exception",
-		r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
-		return sink.Outcome{Kind: sink.Retry, Reason: engineSaid}
+		return sink.Outcome{Kind: sink.Stale, Reason: what + ": " + engineSaid}, false
+	case r.ErrType == "cluster_block_exception":
+		return sink.Unavailablef("cluster block on %s: %s (%s)", op.Index, engineSaid, what), false
+	case r.ErrType == "index_not_found_exception":
+		return sink.Unavailablef("index %s missing: %s (%s)", op.Index, engineSaid, what), false
+	case r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
+		return sink.Unavailablef("not authorized to write %s: %s (%s)", op.Index, engineSaid, what), false
+	case r.Status == http.StatusTooManyRequests:
+		return sink.Unavailablef("engine overloaded: %s (%s)", engineSaid, what), true
+	case r.ErrType == "unavailable_shards_exception":
+		return sink.Unavailablef("index %s not available: %s (%s)", op.Index, engineSaid, what), false
+	case r.Status >= 500:
+		return sink.Retryf("%s: %s", what, engineSaid), true
 	case r.Status == 0:
-		return sink.Outcome{Kind: sink.Retry, Reason: what + ": no item answer"}
+		return sink.Retryf("%s: no item answer", what), false
 	default:
-		return sink.Outcome{Kind: sink.Poison, Reason: engineSaid}
+		return sink.Poisonf("%s: %s", what, engineSaid), false
 	}
 }
 
@@ -504,7 +601,7 @@ func (w *Writer) waitIdle(ctx context.Context) error {
 }
 
 // Close flushes and stops the writer; later Adds fail. When ctx ends first,
-// requests in flight are cancelled (their ops are reported Retry). Safe to
+// requests in flight are cancelled (their ops are reported NotAttempted). Safe to
 // call more than once.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/indexer/enginetest"
 	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
 
@@ -134,12 +136,12 @@ func setBlock(t *testing.T, index string, on bool) {
 	}
 }
 
-// A real 429 from the real node: OpenSearch answers items for an index with
-// the read_only_allow_delete block (what the disk flood-stage watermark
-// sets) with 429 cluster_block_exception. Only those items are retried, with
-// backoff, and succeed once the block is lifted; the other items of the same
-// request are done at the first attempt.
-func TestWriterRetries429ItemsAlone(t *testing.T) {
+// A real block from the real node: OpenSearch answers items for an index
+// with the read_only_allow_delete block (what the disk flood-stage watermark
+// sets) with 429 cluster_block_exception. Those items are Unavailable at
+// once (the relay pauses the consumer; the writer does not retry a block),
+// the other items of the same request are written.
+func TestWriterBlockedItemsAreUnavailable(t *testing.T) {
 	t.Parallel()
 	c := tctx(t)
 	eng := newOpenSearch(t, testenv.EngineURL(t))
@@ -152,60 +154,154 @@ func TestWriterRetries429ItemsAlone(t *testing.T) {
 	if err != nil || res[0].Status != 429 || res[0].ErrType != "cluster_block_exception" {
 		t.Fatalf("bulk on a read_only_allow_delete index = %+v, %v; want 429 cluster_block_exception", res, err)
 	}
-
-	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryElapsed: 30 * time.Second})
-	var outs []indexer.Outcome
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		outs = w.Write(c, []indexer.BulkOp{op(free, "1", 1, `{}`), op(blocked, "2", 1, `{}`), op(free, "3", 1, `{}`), op(blocked, "4", 1, `{}`)})
-	}()
-	testenv.Eventually(t, 20*time.Second, func() bool { return w.Stats().ItemRetries >= 4 }, "the blocked items are retried")
-	if st := w.Stats(); st.OK != 2 {
-		t.Errorf("while blocked: stats %+v; want the 2 free items done", st)
+	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 20 * time.Millisecond, RetryElapsed: 30 * time.Second})
+	start := time.Now()
+	outs := w.Write(c, []indexer.BulkOp{op(free, "1", 1, `{}`), op(blocked, "2", 1, `{}`), op(free, "3", 1, `{}`)})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Write took %s; a block must be reported at once", d)
 	}
-	setBlock(t, blocked, false)
-	<-done
-	if got := kinds(outs); got[0] != sink.OK || got[1] != sink.OK || got[2] != sink.OK || got[3] != sink.OK {
+	if got := kinds(outs); got[0] != sink.OK || got[1] != sink.Unavailable || got[2] != sink.OK {
 		t.Fatalf("outcomes = %+v", outs)
 	}
-	if outs[0].Attempts != 1 || outs[1].Attempts < 3 {
-		t.Errorf("attempts: free %d, blocked %d; want 1 and several", outs[0].Attempts, outs[1].Attempts)
+	if o := outs[1]; o.Attempts != 1 || !strings.Contains(o.Reason, "cluster block on "+blocked) || !strings.Contains(o.Reason, "cluster_block_exception") {
+		t.Errorf("blocked item: %+v; want Unavailable at the first attempt, naming the block", o)
 	}
-	// Each retry request carried only the 2 blocked items.
-	if st := w.Stats(); st.ItemRetries != 2*(st.Requests-1) {
-		t.Errorf("stats %+v: retries must carry only the failing items", st)
+	if st := w.Stats(); st.ItemRetries != 0 || st.Requests != 1 || st.Unavailable != 1 {
+		t.Errorf("stats %+v; want one request, no item retries", st)
 	}
 }
 
-// While the block stays, the items end as Retry after RetryElapsed, with the
-// engine's answer as the reason.
-func TestWriterGivesUpAsRetry(t *testing.T) {
+// flaky wraps a real engine and replaces the item answers for index of the
+// next n bulk requests by status/errType (what the engine answers when its
+// write queue is full, 429 es_rejected_execution_exception, or when a shard
+// fails, a 500): conditions a single test node cannot be brought into on
+// demand. Everything else is the real engine's answer.
+type flaky struct {
+	indexer.Engine
+	index   string
+	status  int
+	errType string
+	left    atomic.Int32
+}
+
+func (f *flaky) Bulk(ctx context.Context, ops []indexer.BulkOp) ([]indexer.BulkResult, error) {
+	if f.left.Add(-1) < 0 {
+		return f.Engine.Bulk(ctx, ops)
+	}
+	// The refused items never reach the engine (as with a real rejection).
+	var pass []indexer.BulkOp
+	for _, o := range ops {
+		if o.Index != f.index {
+			pass = append(pass, o)
+		}
+	}
+	got, err := f.Engine.Bulk(ctx, pass)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]indexer.BulkResult, len(ops))
+	for i := range ops {
+		if ops[i].Index == f.index {
+			res[i] = indexer.BulkResult{Status: f.status, ErrType: f.errType, ErrReason: "injected by the test"}
+			continue
+		}
+		res[i], got = got[0], got[1:]
+	}
+	return res, nil
+}
+
+// Items answered 429 (rejected execution) or 5xx are retried by the writer
+// alone, with backoff, and succeed once the engine takes them; the other
+// items of the request are done at the first attempt.
+func TestWriterRetriesRejectedItemsAlone(t *testing.T) {
 	t.Parallel()
-	eng := newOpenSearch(t, testenv.EngineURL(t))
-	blocked := testIndex(t, eng)
-	setBlock(t, blocked, true)
-	t.Cleanup(func() { setBlock(t, blocked, false) })
-	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 20 * time.Millisecond, RetryElapsed: 300 * time.Millisecond})
-	outs := w.Write(tctx(t), []indexer.BulkOp{op(blocked, "1", 1, `{}`)})
-	o := outs[0]
-	if o.Kind != sink.Retry || o.Result.Status != 429 || !strings.Contains(o.Reason, "cluster_block_exception") || o.Attempts < 2 {
-		t.Errorf("outcome %+v; want Retry with the 429 cluster_block_exception after several attempts", o)
+	for _, tc := range []struct {
+		status  int
+		errType string
+	}{{429, "es_rejected_execution_exception"}, {500, "illegal_state_exception"}} {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			t.Parallel()
+			real := newOpenSearch(t, testenv.EngineURL(t))
+			busy, free := testIndex(t, real), testIndex(t, real)
+			eng := &flaky{Engine: real, index: busy, status: tc.status, errType: tc.errType}
+			eng.left.Store(3)
+			w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 10 * time.Millisecond, RetryElapsed: 30 * time.Second})
+			outs := w.Write(tctx(t), []indexer.BulkOp{op(free, "1", 1, `{}`), op(busy, "2", 1, `{}`), op(free, "3", 1, `{}`), op(busy, "4", 1, `{}`)})
+			for i, o := range outs {
+				if o.Kind != sink.OK {
+					t.Errorf("op %d: %+v; want OK", i, o)
+				}
+			}
+			if outs[0].Attempts != 1 || outs[1].Attempts != 4 {
+				t.Errorf("attempts: free %d, busy %d; want 1 and 4", outs[0].Attempts, outs[1].Attempts)
+			}
+			if st := w.Stats(); st.Requests != 4 || st.ItemRetries != 6 {
+				t.Errorf("stats %+v: retries must carry only the 2 failing items", st)
+			}
+		})
 	}
 }
 
+// While the engine keeps refusing them, the items end after RetryElapsed
+// with their last outcome: Unavailable for 429 (the engine is overloaded),
+// Retry for a 5xx (a failure of that item), with the engine's answer.
+func TestWriterGivesUpWithTheLastOutcome(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status  int
+		errType string
+		want    sink.Kind
+	}{{429, "es_rejected_execution_exception", sink.Unavailable}, {503, "illegal_state_exception", sink.Retry}} {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			t.Parallel()
+			real := newOpenSearch(t, testenv.EngineURL(t))
+			busy := testIndex(t, real)
+			eng := &flaky{Engine: real, index: busy, status: tc.status, errType: tc.errType}
+			eng.left.Store(1 << 30)
+			w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 20 * time.Millisecond, RetryElapsed: 300 * time.Millisecond})
+			o := w.Write(tctx(t), []indexer.BulkOp{op(busy, "1", 1, `{}`)})[0]
+			if o.Kind != tc.want || o.Result.Status != tc.status || !strings.Contains(o.Reason, tc.errType) ||
+				!strings.Contains(o.Reason, "still failing after") || o.Attempts < 2 {
+				t.Errorf("outcome %+v; want %s with the engine's %d %s after several attempts", o, tc.want, tc.status, tc.errType)
+			}
+		})
+	}
+}
+
+// An unreachable engine is Unavailable at the first attempt: the writer does
+// not retry a request that got no answer (the relay pauses and probes).
 func TestWriterEngineDown(t *testing.T) {
 	t.Parallel()
 	eng := newOpenSearch(t, enginetest.ClosedURL(t))
-	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 10 * time.Millisecond, RetryElapsed: 200 * time.Millisecond})
+	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 10 * time.Millisecond, RetryElapsed: 10 * time.Second})
+	start := time.Now()
 	outs := w.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`), op("x", "2", 1, `{}`)})
 	for i, o := range outs {
-		if o.Kind != sink.Retry || !strings.Contains(o.Reason, "unreachable") {
-			t.Errorf("op %d: %+v; want Retry, engine unreachable", i, o)
+		if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "unreachable") || o.Attempts != 1 {
+			t.Errorf("op %d: %+v; want Unavailable at once, engine unreachable", i, o)
 		}
 	}
-	if st := w.Stats(); st.TransportErrors < 2 || st.Requests != st.TransportErrors {
-		t.Errorf("stats %+v; want the whole request retried", st)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Write took %s against a closed port", d)
+	}
+	if st := w.Stats(); st.TransportErrors != 1 || st.Requests != 1 || st.Unavailable != 2 {
+		t.Errorf("stats %+v; want one request, not retried", st)
+	}
+
+	// Several requests of one Write: after the first failed, the others are
+	// not sent (NotAttempted, with the reason).
+	w1 := indexer.NewWriter(eng, indexer.WriterConfig{FlushCount: 1, Concurrency: 1})
+	outs = w1.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`), op("x", "2", 1, `{}`), op("x", "3", 1, `{}`)})
+	if outs[0].Kind != sink.Unavailable {
+		t.Errorf("first request: %+v; want Unavailable", outs[0])
+	}
+	for i, o := range outs[1:] {
+		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not sent: an earlier request of this write failed: ") || o.Attempts != 0 {
+			t.Errorf("op %d: %+v; want NotAttempted, not sent", i+1, o)
+		}
+	}
+	if st := w1.Stats(); st.Requests != 1 {
+		t.Errorf("stats %+v; want one request", st)
 	}
 
 	// A cancelled context: nothing is sent.
@@ -213,6 +309,89 @@ func TestWriterEngineDown(t *testing.T) {
 	cancel()
 	if outs := w.Write(cc, []indexer.BulkOp{op("x", "1", 1, `{}`)}); outs[0].Kind != sink.NotAttempted {
 		t.Errorf("cancelled: %+v; want NotAttempted", outs[0])
+	}
+}
+
+// hungURL is a TEST-ONLY server that takes connections and never answers
+// (a stalled node, a black-holed network).
+func hungURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never read or answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + l.Addr().String()
+}
+
+// An engine that does not answer is Unavailable after RequestTimeout.
+func TestWriterHungEngineIsUnavailable(t *testing.T) {
+	t.Parallel()
+	eng := newOpenSearch(t, hungURL(t))
+	w := indexer.NewWriter(eng, indexer.WriterConfig{RequestTimeout: 300 * time.Millisecond})
+	start := time.Now()
+	o := w.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`)})[0]
+	if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "opensearch bulk of 1 ops: engine unreachable: no answer within 300ms") {
+		t.Errorf("outcome %+v; want Unavailable, no answer within 300ms", o)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Write took %s with a 300ms request timeout", d)
+	}
+}
+
+// lease is a test sink.Lease whose deadline has passed when expired is set.
+type lease struct{ expired atomic.Bool }
+
+func (l *lease) Token(*outbox.Event) (int, int64, bool) { return 0, 1, true }
+func (l *lease) Check() error {
+	if l.expired.Load() {
+		return sink.ErrLeaseExpired
+	}
+	return nil
+}
+
+// Once the relay's lease deadline has passed, the writer sends nothing: the
+// ops are NotAttempted with the reason, and the engine never sees them.
+func TestWriterChecksTheLease(t *testing.T) {
+	t.Parallel()
+	eng := newOpenSearch(t, testenv.EngineURL(t))
+	idx := testIndex(t, eng)
+	w := indexer.NewWriter(eng, indexer.WriterConfig{})
+	l := &lease{}
+	ctx := sink.WithLease(tctx(t), l)
+	if o := w.Write(ctx, []indexer.BulkOp{op(idx, "1", 1, `{}`)})[0]; o.Kind != sink.OK {
+		t.Fatalf("with a valid lease: %+v", o)
+	}
+	l.expired.Store(true)
+	for i, o := range w.Write(ctx, []indexer.BulkOp{op(idx, "2", 1, `{}`), op(idx, "3", 1, `{}`)}) {
+		if o.Kind != sink.NotAttempted || o.Reason != "lease deadline passed" || o.Attempts != 0 {
+			t.Errorf("op %d after the lease deadline: %+v; want NotAttempted, lease deadline passed", i, o)
+		}
+	}
+	if st := w.Stats(); st.Requests != 1 {
+		t.Errorf("stats %+v; want only the first request sent", st)
+	}
+	if docs, err := eng.MGet(tctx(t), idx, []string{"2", "3"}); err != nil || len(docs) != 0 {
+		t.Errorf("documents written after the lease deadline: %v, %v", docs, err)
 	}
 }
 
@@ -238,19 +417,26 @@ func dropProxy(t *testing.T, n int32) string {
 	return srv.URL
 }
 
-func TestWriterRetriesTransportFailures(t *testing.T) {
+// A dropped connection is Unavailable at once; the next Write goes through
+// (nothing of the writer stays broken).
+func TestWriterTransportFailureIsUnavailable(t *testing.T) {
 	t.Parallel()
 	real := newOpenSearch(t, testenv.EngineURL(t))
 	idx := testIndex(t, real)
-	eng := newOpenSearch(t, dropProxy(t, 2))
+	eng := newOpenSearch(t, dropProxy(t, 1))
 	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 10 * time.Millisecond, RetryElapsed: 10 * time.Second})
-	outs := w.Write(tctx(t), []indexer.BulkOp{op(idx, "1", 1, `{}`), op(idx, "2", 1, `{}`)})
-	for i, o := range outs {
-		if o.Kind != sink.OK || o.Attempts != 3 {
-			t.Errorf("op %d: %+v; want OK at the third attempt", i, o)
+	ops := []indexer.BulkOp{op(idx, "1", 1, `{}`), op(idx, "2", 1, `{}`)}
+	for i, o := range w.Write(tctx(t), ops) {
+		if o.Kind != sink.Unavailable || o.Attempts != 1 {
+			t.Errorf("op %d: %+v; want Unavailable at the first attempt", i, o)
 		}
 	}
-	if st := w.Stats(); st.TransportErrors != 2 {
+	for i, o := range w.Write(tctx(t), ops) {
+		if o.Kind != sink.OK {
+			t.Errorf("op %d, written again: %+v; want OK", i, o)
+		}
+	}
+	if st := w.Stats(); st.TransportErrors != 1 || st.Requests != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -317,11 +503,17 @@ func TestClassify(t *testing.T) {
 		{idx, indexer.BulkResult{Status: 201}, sink.OK},
 		{idx, indexer.BulkResult{Status: 200}, sink.OK},
 		{dl, indexer.BulkResult{Status: 404, Result: "not_found"}, sink.OK},
-		{idx, indexer.BulkResult{Status: 404, ErrType: "index_not_found_exception"}, sink.Retry},
+		{idx, indexer.BulkResult{Status: 404, ErrType: "index_not_found_exception"}, sink.Unavailable},
 		{idx, indexer.BulkResult{Status: 409, ErrType: "version_conflict_engine_exception"}, sink.Stale},
-		{idx, indexer.BulkResult{Status: 429, ErrType: "es_rejected_execution_exception"}, sink.Retry},
-		{idx, indexer.BulkResult{Status: 503, ErrType: "unavailable_shards_exception"}, sink.Retry},
-		{idx, indexer.BulkResult{Status: 403, ErrType: "cluster_block_exception"}, sink.Retry},
+		{idx, indexer.BulkResult{Status: 429, ErrType: "es_rejected_execution_exception"}, sink.Unavailable},
+		{idx, indexer.BulkResult{Status: 429, ErrType: "cluster_block_exception"}, sink.Unavailable},
+		{idx, indexer.BulkResult{Status: 503, ErrType: "unavailable_shards_exception"}, sink.Unavailable},
+		{idx, indexer.BulkResult{Status: 500, ErrType: "illegal_state_exception"}, sink.Retry},
+		{idx, indexer.BulkResult{Status: 503, ErrType: "node_closed_exception"}, sink.Retry},
+		{idx, indexer.BulkResult{Status: 0}, sink.Retry},
+		{idx, indexer.BulkResult{Status: 403, ErrType: "cluster_block_exception"}, sink.Unavailable},
+		{idx, indexer.BulkResult{Status: 403, ErrType: "security_exception"}, sink.Unavailable},
+		{idx, indexer.BulkResult{Status: 401, ErrType: "security_exception"}, sink.Unavailable},
 		{idx, indexer.BulkResult{Status: 400, ErrType: "mapper_parsing_exception"}, sink.Poison},
 		{idx, indexer.BulkResult{Status: 400, ErrType: "illegal_argument_exception"}, sink.Poison},
 		{idx, indexer.BulkResult{Status: 400, ErrType: "strict_dynamic_mapping_exception"}, sink.Poison},

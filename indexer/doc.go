@@ -10,8 +10,14 @@
 // Errors: an answer of the engine with status >= 400 is an *EngineError
 // (status, the engine's error type and reason); no answer at all is a
 // *TransportError; IsTemporary says whether retrying can help (transport
-// failures, 429, 5xx). The clients' own retries are off, so that retrying
-// happens in one place (the Writer, then the relay) with backoff.
+// failures, 429, 5xx). The clients' own retries are off, so that a failure
+// is reported once and promptly. The Writer retries only the failing items
+// of an answered request (429 rejected execution, 5xx) for a few seconds;
+// a failure of the engine as a whole (no answer, the whole request refused,
+// a cluster block, a missing index) is sink.Unavailable at once, the relay
+// pauses the search consumer and probes it (Engine.Ping and
+// Engine.WriteBlocks) until it can write again. docs/outages.md has the
+// whole table.
 //
 // The contract suite in enginetest runs against real engines: OpenSearch
 // directly, Elasticsearch 8 where Docker is available, and the Elasticsearch

@@ -58,6 +58,8 @@ func (s esSender) send(ctx context.Context, r request) (int, []byte, error) {
 	switch r.api {
 	case apiPing:
 		req = esapi.PingRequest{}
+	case apiBlocks:
+		req = esapi.ClusterStateRequest{Metric: []string{"blocks"}}
 	case apiBulk:
 		req = esapi.BulkRequest{Body: body, FilterPath: bulkFilterPath}
 	case apiMGet:

@@ -18,8 +18,15 @@ import (
 type Engine interface {
 	// Kind is "opensearch" or "elasticsearch".
 	Kind() string
-	// Ping checks that the engine answers (used by /readyz).
+	// Ping checks that the engine answers (used by /readyz and by the
+	// search consumer's probe while it is paused).
 	Ping(ctx context.Context) error
+	// WriteBlocks returns the blocks that refuse writes to the given
+	// physical indexes now: cluster-wide ones and those of the indexes
+	// (index.blocks.write, read_only, read_only_allow_delete — the disk
+	// flood-stage watermark's). One cheap request (the blocks of the
+	// cluster state); none: an empty slice.
+	WriteBlocks(ctx context.Context, indexes ...string) ([]Block, error)
 	// Bulk sends one NDJSON _bulk request and returns one result per op, in
 	// order. It reads every item; the HTTP status of the whole request only
 	// decides transport-level errors.
@@ -99,6 +106,21 @@ type IndexInfo struct {
 	Settings json.RawMessage // the index's settings as the engine returns them
 	Mappings json.RawMessage // the index's mappings (incl. _meta)
 	Aliases  []string
+}
+
+// Block is a block of the cluster or of one index that refuses writes.
+type Block struct {
+	Index       string // empty for a cluster-wide block
+	ID          string // the engine's block id, e.g. "8"
+	Description string // e.g. "index read-only / allow delete (api)"
+}
+
+func (b Block) String() string {
+	where := "cluster"
+	if b.Index != "" {
+		where = "index " + b.Index
+	}
+	return where + ": " + b.Description
 }
 
 // AliasAction is one action of an atomic _aliases call.

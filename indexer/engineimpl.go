@@ -64,6 +64,7 @@ type api int
 
 const (
 	apiPing api = iota
+	apiBlocks
 	apiBulk
 	apiMGet
 	apiCreateIndex
@@ -130,6 +131,14 @@ func (e *engine) Kind() string { return e.kind }
 func (e *engine) Ping(ctx context.Context) error {
 	_, _, err := e.do(ctx, "ping", request{api: apiPing})
 	return err
+}
+
+func (e *engine) WriteBlocks(ctx context.Context, indexes ...string) ([]Block, error) {
+	_, body, err := e.do(ctx, "cluster blocks", request{api: apiBlocks})
+	if err != nil {
+		return nil, err
+	}
+	return decodeWriteBlocks(body, indexes)
 }
 
 func (e *engine) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {

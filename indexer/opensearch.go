@@ -53,6 +53,8 @@ func (s osSender) send(ctx context.Context, r request) (int, []byte, error) {
 	switch r.api {
 	case apiPing:
 		req, method = opensearchapi.PingReq{}, http.MethodHead
+	case apiBlocks:
+		req, method = opensearchapi.ClusterStateReq{Metrics: []string{"blocks"}}, http.MethodGet
 	case apiBulk:
 		req = opensearchapi.BulkReq{Body: body, Params: opensearchapi.BulkParams{FilterPath: bulkFilterPath}}
 	case apiMGet:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -301,4 +302,37 @@ func bodyReader(b []byte) io.Reader {
 		return nil
 	}
 	return bytes.NewReader(b)
+}
+
+// decodeWriteBlocks reads the blocks of a cluster state answer
+// ({"blocks":{"global":{id:block},"indices":{name:{id:block}}}}) and keeps
+// the write-level ones that apply to indexes (global ones always).
+func decodeWriteBlocks(body []byte, indexes []string) ([]Block, error) {
+	type block struct {
+		Description string   `json:"description"`
+		Levels      []string `json:"levels"`
+	}
+	var resp struct {
+		Blocks struct {
+			Global  map[string]block            `json:"global"`
+			Indices map[string]map[string]block `json:"indices"`
+		} `json:"blocks"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return nil, fmt.Errorf("decode cluster blocks: %w", err)
+	}
+	out := []Block{}
+	add := func(index string, m map[string]block) {
+		ids := slices.Sorted(maps.Keys(m))
+		for _, id := range ids {
+			if b := m[id]; slices.Contains(b.Levels, "write") {
+				out = append(out, Block{Index: index, ID: id, Description: b.Description})
+			}
+		}
+	}
+	add("", resp.Blocks.Global)
+	for _, ix := range indexes {
+		add(ix, resp.Blocks.Indices[ix])
+	}
+	return out, nil
 }

@@ -2,8 +2,8 @@
 // pass, run against a real engine: index definitions and _meta, aliases and
 // atomic swaps, versioned bulk writes (external versions, conflicts, stale
 // deletes, mapping rejections read per item), _mget, refresh, search and
-// count through a filtered alias, and transport failures when the engine is
-// down.
+// count through a filtered alias, write blocks, and transport failures when
+// the engine is down.
 package enginetest
 
 import (
@@ -33,6 +33,7 @@ type NewEngine func(t testing.TB, url string) indexer.Engine
 func Run(t *testing.T, url string, newEngine NewEngine) {
 	s := &suite{url: url, newEngine: newEngine}
 	t.Run("Ping", s.testPing)
+	t.Run("WriteBlocks", s.testWriteBlocks)
 	t.Run("IndexDefinition", s.testIndexDefinition)
 	t.Run("Aliases", s.testAliases)
 	t.Run("BulkVersions", s.testBulkVersions)
@@ -112,6 +113,51 @@ func (s *suite) testBulkRequireAlias(t *testing.T) {
 	res, err = eng.Bulk(ctx(t), []indexer.BulkOp{{Type: indexer.OpIndex, Index: alias, ID: "1", Version: 1, Doc: json.RawMessage(`{"name":"x"}`), RequireAlias: true}})
 	if err != nil || res[0].Status/100 != 2 {
 		t.Fatalf("write through an existing alias: %+v, %v", res, err)
+	}
+}
+
+// testWriteBlocks: an index with read_only_allow_delete (what the disk
+// flood-stage watermark sets) is reported, with the engine's description;
+// another index and the same index after the block is lifted are not.
+func (s *suite) testWriteBlocks(t *testing.T) {
+	t.Parallel()
+	eng := s.newEngine(t, s.url)
+	blocked, free := s.newIndex(t, eng, "h"), s.newIndex(t, eng, "h")
+	if bs, err := eng.WriteBlocks(ctx(t), blocked, free); err != nil || len(bs) != 0 {
+		t.Fatalf("blocks before any was set: %v, %v; want none", bs, err)
+	}
+	s.setBlock(t, blocked, true)
+	t.Cleanup(func() { s.setBlock(t, blocked, false) })
+	bs, err := eng.WriteBlocks(ctx(t), blocked, free)
+	if err != nil || len(bs) != 1 || bs[0].Index != blocked || !strings.Contains(bs[0].Description, "read-only") {
+		t.Fatalf("blocks with read_only_allow_delete on %s: %v, %v; want that one block", blocked, bs, err)
+	}
+	if bs, err := eng.WriteBlocks(ctx(t), free); err != nil || len(bs) != 0 {
+		t.Errorf("blocks of %s: %v, %v; want none (the block is another index's)", free, bs, err)
+	}
+	s.setBlock(t, blocked, false)
+	if bs, err := eng.WriteBlocks(ctx(t), blocked); err != nil || len(bs) != 0 {
+		t.Errorf("blocks after lifting it: %v, %v; want none", bs, err)
+	}
+}
+
+// setBlock sets or clears index.blocks.read_only_allow_delete through the
+// engine's REST API (test setup: the Engine seam has no settings call).
+func (s *suite) setBlock(t *testing.T, index string, on bool) {
+	t.Helper()
+	body := `{"index.blocks.read_only_allow_delete": true}`
+	if !on {
+		body = `{"index.blocks.read_only_allow_delete": null}`
+	}
+	req, _ := http.NewRequestWithContext(ctx(t), http.MethodPut, s.url+"/"+index+"/_settings", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("set block on %s: %s", index, resp.Status)
 	}
 }
 
@@ -428,6 +474,7 @@ func (s *suite) testEngineDown(t *testing.T) {
 	c := ctx(t)
 	eng := s.newEngine(t, ClosedURL(t))
 	checks := map[string]error{"ping": eng.Ping(c)}
+	_, checks["write blocks"] = eng.WriteBlocks(c, "x")
 	_, checks["bulk"] = eng.Bulk(c, []indexer.BulkOp{index("x", "1", 1, `{}`)})
 	_, checks["mget"] = eng.MGet(c, "x", []string{"1"})
 	_, checks["get index"] = eng.GetIndex(c, "x")

@@ -43,8 +43,11 @@ type Consumer struct {
 	closeOnce sync.Once
 }
 
-var _ sink.Consumer = (*Consumer)(nil)
-var _ sink.Closer = (*Consumer)(nil)
+var (
+	_ sink.Consumer = (*Consumer)(nil)
+	_ sink.Closer   = (*Consumer)(nil)
+	_ sink.Prober   = (*Consumer)(nil)
+)
 
 // New connects to the server, then creates or updates the stream
 // (cfg.CreateStream) or checks that it exists, covers every subject of the
@@ -117,8 +120,8 @@ func (c *Consumer) start(ctx context.Context) error {
 		natsgo.MaxReconnects(-1),
 		natsgo.ReconnectWait(time.Second),
 		// No reconnect buffer: a publish while disconnected fails at once
-		// (and becomes a Retry) instead of waiting in a buffer that is lost
-		// when the connection closes.
+		// (and becomes Unavailable) instead of waiting in a buffer that is
+		// lost when the connection closes.
 		natsgo.ReconnectBufSize(-1),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
@@ -160,6 +163,37 @@ func (c *Consumer) Close() error {
 // Subject returns the subject an event is published on.
 func (c *Consumer) Subject(e *outbox.Event) string { return c.subject.Render(e) }
 
+// Probe implements sink.Prober: the connection is up, JetStream answers
+// for the account, and the stream exists (one stream info request).
+func (c *Consumer) Probe(ctx context.Context) error {
+	if st := c.nc.Status(); st != natsgo.CONNECTED {
+		return fmt.Errorf("nats: not connected to %s (%s)", c.cfg.URL, st)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return fmt.Errorf("nats: %s: %w", c.cfg.URL, err)
+		}
+		return fmt.Errorf("nats: JetStream account info from %s: %w", c.cfg.URL, err)
+	}
+	if _, err := c.js.Stream(ctx, c.cfg.Stream); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("nats: stream %q missing on %s: %w; %s", c.cfg.Stream, c.cfg.URL, err, c.recreateHint())
+		}
+		return fmt.Errorf("nats: stream %q info from %s: %w", c.cfg.Stream, c.cfg.URL, err)
+	}
+	return nil
+}
+
+// recreateHint says how the stream comes back.
+func (c *Consumer) recreateHint() string {
+	if c.cfg.CreateStream {
+		return "restart searchsync to create it (nats.create_stream is on) or create it as configured"
+	}
+	return "create it (nats.create_stream is off) covering the subjects of nats.subject"
+}
+
 // Deliver publishes the events and waits for every PubAck.
 //
 // Per aggregate the events go one after the other: the next event of an
@@ -169,6 +203,12 @@ func (c *Consumer) Subject(e *outbox.Event) string { return c.subject.Render(e) 
 // Different aggregates are pipelined: up to nats.max_in_flight publishes
 // await their PubAck at once, and an aggregate's next event goes out as soon
 // as its previous one is acknowledged.
+//
+// After the first Unavailable outcome the events not yet published are not
+// published: they are NotAttempted, the failure as the reason. Before every
+// publish the relay's
+// lease is checked (sink.CheckLease); once its deadline has passed nothing
+// more is published and the events are NotAttempted.
 func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
 	out := make([]sink.Outcome, len(events))
 	if len(events) == 0 {
@@ -200,17 +240,44 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 	go c.collect(ctx, pending, results)
 	memo := lookups{}
 	inflight := 0
+	var down *sink.Outcome // the first Unavailable outcome of the batch
+	fail := func(i int, o sink.Outcome) {
+		out[i] = o
+		if o.Kind == sink.Unavailable && down == nil {
+			down = &o
+		}
+	}
+	fenced := ""
 	for {
 		for len(ready) > 0 && inflight < c.cfg.MaxInFlight && ctx.Err() == nil {
 			q := ready[0]
 			ready = ready[1:]
 			i := q.idx[q.next]
-			f, subject, o, err := c.publishOne(events[i])
+			if fenced == "" {
+				if err := sink.CheckLease(ctx); err != nil {
+					if ctx.Err() != nil && !errors.Is(err, sink.ErrLeaseExpired) {
+						break // cancelled: the rest stays NotAttempted
+					}
+					fenced = "lease deadline passed"
+				}
+			}
+			if fenced != "" {
+				out[i] = sink.Outcome{Kind: sink.NotAttempted, Reason: fenced}
+				continue
+			}
+			if down != nil {
+				// NotAttempted, not Unavailable: the relay counts an
+				// Unavailable event as a retry when the batch delivered
+				// others, and this one was never published.
+				out[i] = sink.Outcome{Kind: sink.NotAttempted, Reason: "not published: the stream failed earlier in this batch: " + down.Reason}
+				continue
+			}
+			f, subject, o, err := c.publishOne(ctx, events[i])
 			if err != nil {
 				o = c.classify(ctx, subject, err, memo)
 			}
 			if f == nil {
-				out[i] = o // failed at once; the aggregate stops here
+				fail(i, o) // failed at once; the aggregate stops here
 				continue
 			}
 			inflight++
@@ -225,7 +292,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		if r.err != nil {
 			o = c.classify(ctx, r.subject, r.err, memo)
 		}
-		out[r.i] = o
+		fail(r.i, o)
 		if o.Kind.Delivered() && r.q.next+1 < len(r.q.idx) {
 			r.q.next++
 			ready = append(ready, r.q)
@@ -248,17 +315,23 @@ type ackResult struct {
 	err     error // to classify, when not nil
 }
 
-// publishOne builds the message of e and publishes it asynchronously. A
-// failure before the message left comes back with a nil future: as an
-// outcome (encoding, not connected) or as an error to classify (client-side
-// rejection such as max_payload).
-func (c *Consumer) publishOne(e *outbox.Event) (jetstream.PubAckFuture, string, sink.Outcome, error) {
+// publishOne builds the message of e (with the fencing token of ctx's
+// lease) and publishes it asynchronously. A failure before the message left
+// comes back with a nil future: as an outcome (encoding, not connected) or
+// as an error to classify (client-side rejection such as max_payload).
+func (c *Consumer) publishOne(ctx context.Context, e *outbox.Event) (jetstream.PubAckFuture, string, sink.Outcome, error) {
 	msg, err := c.message(e)
 	if err != nil {
 		return nil, "", sink.Poisonf("%v", err), nil
 	}
+	if l, ok := sink.LeaseOf(ctx); ok {
+		if part, epoch, ok := l.Token(e); ok {
+			msg.Header[sink.HeaderPartition] = []string{strconv.Itoa(part)}
+			msg.Header[sink.HeaderLeaseEpoch] = []string{strconv.FormatInt(epoch, 10)}
+		}
+	}
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
-		return nil, msg.Subject, sink.Retryf("nats: not connected to %s (%s)", c.cfg.URL, st), nil
+		return nil, msg.Subject, sink.Unavailablef("nats: not connected to %s (%s)", c.cfg.URL, st), nil
 	}
 	f, err := c.js.PublishMsgAsync(msg)
 	return f, msg.Subject, sink.Outcome{}, err
@@ -318,14 +391,19 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 	case err := <-w.f.Err():
 		r.err = err
 	case <-timer.C:
-		r.outcome = sink.Retryf("nats: no PubAck for %s within %s", w.subject, c.cfg.Timeout)
+		r.outcome = sink.Unavailablef("nats: no PubAck for %s within %s", w.subject, c.cfg.Timeout)
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.Canceled) {
+		switch {
+		case errors.Is(context.Cause(ctx), sink.ErrLeaseExpired):
+			// The relay's lease deadline passed: it may not ack; the next
+			// owner redelivers, de-duplicated by Nats-Msg-Id if stored.
+			r.outcome = sink.Outcome{Kind: sink.NotAttempted, Reason: "lease deadline passed while waiting for the PubAck"}
+		case errors.Is(ctx.Err(), context.Canceled):
 			// Stopping: leave the row as it is; the redelivery is
 			// de-duplicated by Nats-Msg-Id if the message was stored.
 			r.outcome = sink.Outcome{Kind: sink.NotAttempted, Reason: "cancelled while waiting for the PubAck"}
-		} else {
-			r.outcome = sink.Retryf("nats: no PubAck for %s before the batch deadline", w.subject)
+		default:
+			r.outcome = sink.Unavailablef("nats: no PubAck for %s before the batch deadline", w.subject)
 		}
 	}
 	return r
@@ -337,14 +415,16 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 //     message larger than the stream's max_msg_size, the subject captured by
 //     another stream than nats.stream, ...) or it exceeds the server's
 //     max_payload: Poison with the server's reason.
-//   - No responders: nothing listens on the subject. That means either that no
-//     stream covers it (the stream was changed after start-up) or that the
-//     stream is there but momentarily unavailable (a leader election, a
-//     restart). The consumer asks the server which stream holds the subject:
-//     when the server answers that none does, Poison; when the stream exists
-//     or the question cannot be answered, Retry.
+//   - No responders: nothing listens on the subject. That means that no
+//     stream covers it (the stream was deleted or narrowed after start-up),
+//     that the stream is momentarily unavailable (a leader election, a
+//     restart), or that the server runs without JetStream. The consumer
+//     asks the server which stream holds the subject: another stream than
+//     nats.stream is Poison; none, no answer, or JetStream not enabled is
+//     Unavailable with what the server said (an operator recreates the
+//     stream; the probe sees it back).
 //   - Everything else (timeouts, disconnects, 5xx API errors such as
-//     insufficient resources): Retry.
+//     insufficient resources or JetStream not enabled): Unavailable.
 func (c *Consumer) classify(ctx context.Context, subject string, err error, memo lookups) sink.Outcome {
 	var apiErr *jetstream.APIError
 	switch {
@@ -356,7 +436,7 @@ func (c *Consumer) classify(ctx context.Context, subject string, err error, memo
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
 		return c.noResponders(ctx, subject, err, memo)
 	}
-	return sink.Retryf("nats: publish on %s: %v", subject, err)
+	return sink.Unavailablef("nats: publish on %s: %v", subject, err)
 }
 
 // lookups remembers, within one round of publishes, which stream the server
@@ -374,10 +454,10 @@ const failedKey = ""
 
 func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr error, memo lookups) sink.Outcome {
 	if ctx.Err() != nil {
-		return sink.Retryf("nats: publish on %s: %v", subject, pubErr)
+		return sink.Unavailablef("nats: publish on %s: %v", subject, pubErr)
 	}
 	if l, ok := memo[failedKey]; ok {
-		return sink.Retryf("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, l.err)
+		return sink.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, l.err)
 	}
 	l, ok := memo[subject]
 	if !ok {
@@ -393,13 +473,16 @@ func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr erro
 	stream, err := l.stream, l.err
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return sink.Poisonf("nats: no stream covers subject %s (expected stream %q; the server answered: %v)", subject, c.cfg.Stream, pubErr)
+		return sink.Unavailablef("nats: no stream covers subject %s (expected stream %q; the server answered: %v); %s",
+			subject, c.cfg.Stream, pubErr, c.recreateHint())
+	case errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return sink.Unavailablef("nats: publish on %s: %v: JetStream not enabled on %s (no JetStream API answers)", subject, pubErr, c.cfg.URL)
 	case err != nil:
-		return sink.Retryf("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, err)
+		return sink.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, err)
 	case stream != c.cfg.Stream:
 		return sink.Poisonf("nats: subject %s belongs to stream %q, not the configured %q", subject, stream, c.cfg.Stream)
 	}
-	return sink.Retryf("nats: stream %q covers %s but did not answer (%v); temporarily unavailable", stream, subject, pubErr)
+	return sink.Unavailablef("nats: stream %q covers %s but did not answer (%v); temporarily unavailable", stream, subject, pubErr)
 }
 
 // message builds the NATS message of an event.

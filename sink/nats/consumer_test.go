@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,7 +248,10 @@ consumers:
 	}
 }
 
-func TestNoStreamForSubjectIsPoison(t *testing.T) {
+// A stream narrowed (or deleted) after start-up no longer covers the
+// subjects: the consumer is Unavailable (an operator fixes the stream; the
+// events do not fail), with the hint how the stream comes back.
+func TestNoStreamForSubjectIsUnavailable(t *testing.T) {
 	t.Parallel()
 	url := natstest.URL(t)
 	stream, prefix := names(t)
@@ -259,16 +263,17 @@ func TestNoStreamForSubjectIsPoison(t *testing.T) {
 	var g sinktest.Events
 	events := g.Make("a", "a", "b")
 	out := c.Deliver(context.Background(), events)
-	if out[0].Kind != sink.Poison || out[1].Kind != sink.NotAttempted || out[2].Kind != sink.Poison {
+	if out[0].Kind != sink.Unavailable || out[1].Kind != sink.NotAttempted || out[2].Kind != sink.Unavailable {
 		t.Fatalf("outcomes %v", out)
 	}
-	if !strings.Contains(out[0].Reason, "no stream covers subject "+prefix+".DDM_ENTITY.entity.customer.updated") {
+	if !strings.Contains(out[0].Reason, "no stream covers subject "+prefix+".DDM_ENTITY.entity.customer.updated") ||
+		!strings.Contains(out[0].Reason, "restart searchsync to create it") {
 		t.Errorf("reason %q", out[0].Reason)
 	}
-	t.Logf("poison: %s", out[0].Reason)
+	t.Logf("unavailable: %s", out[0].Reason)
 
 	// Another stream takes the subjects: the server rejects the expected
-	// stream header; also poison, with the server's reason.
+	// stream header; poison, with the server's reason.
 	other, _ := names(t)
 	createStream(t, url, jetstream.StreamConfig{Name: other, Subjects: []string{prefix + ".DDM_ENTITY.>"}})
 	t.Cleanup(func() { deleteStream(t, url, other) })
@@ -277,13 +282,22 @@ func TestNoStreamForSubjectIsPoison(t *testing.T) {
 		t.Fatalf("outcome %v", out[0])
 	}
 	t.Logf("poison: %s", out[0].Reason)
+
+	// The stream deleted: Unavailable, and the probe says so.
+	deleteStream(t, url, stream)
+	if err := c.Probe(context.Background()); err == nil || !strings.Contains(err.Error(), "stream \""+stream+"\" missing") {
+		t.Fatalf("probe without the stream: %v", err)
+	}
 }
 
-func TestNoPubAckIsRetry(t *testing.T) {
+// No PubAck within nats.timeout is Unavailable; the events of the batch not
+// published yet are not published after it (one timeout per batch).
+func TestNoPubAckIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	stream, prefix := names(t)
-	c := newConsumer(t, config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true, Timeout: time.Second})
+	c := newConsumer(t, config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true,
+		Timeout: time.Second, MaxInFlight: 1})
 	var g sinktest.Events
 	// A subscriber on the subject answering nothing stands in for a stream
 	// that takes the message but whose PubAck never comes: the server no
@@ -296,20 +310,92 @@ func TestNoPubAckIsRetry(t *testing.T) {
 	sc := streamConfig(t, srv.URL, stream)
 	sc.Subjects = []string{prefix + ".other"}
 	updateStream(t, srv.URL, sc)
-	if _, err := nc.Subscribe(prefix+".>", func(*natsgo.Msg) {}); err != nil {
+	var seen atomic.Int32
+	if _, err := nc.Subscribe(prefix+".>", func(*natsgo.Msg) { seen.Add(1) }); err != nil {
 		t.Fatal(err)
 	}
 	nc.Flush()
-	events := g.Make("a", "a")
+	events := g.Make("a", "a", "b", "c")
 	start := time.Now()
 	out := c.Deliver(context.Background(), events)
-	if out[0].Kind != sink.Retry || out[1].Kind != sink.NotAttempted || !strings.Contains(out[0].Reason, "no PubAck") {
+	if out[0].Kind != sink.Unavailable || out[1].Kind != sink.NotAttempted || !strings.Contains(out[0].Reason, "no PubAck") {
 		t.Fatalf("outcomes %v", out)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	for _, o := range out[2:] {
+		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not published: the stream failed earlier in this batch: nats: no PubAck") {
+			t.Fatalf("outcomes %v; want the later aggregates not published", out)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Deliver took %s with a 1s timeout", d)
 	}
-	t.Logf("retry: %s", out[0].Reason)
+	nc.Flush()
+	if n := seen.Load(); n != 1 {
+		t.Errorf("%d messages published, want 1", n)
+	}
+	t.Logf("unavailable: %s", out[0].Reason)
+}
+
+// The server stopped: the batch is Unavailable at once ("not connected":
+// the first event; the others not published) and Probe fails; back, Probe succeeds and delivery works again.
+// Then the server runs without JetStream: Unavailable and Probe fails, with
+// that reason; with JetStream again (same store), back to normal.
+func TestServerDownIsUnavailableAndProbed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	stream, prefix := names(t)
+	c := newConsumer(t, config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true, Timeout: 2 * time.Second})
+	var g sinktest.Events
+	ctx := context.Background()
+	if err := c.Probe(ctx); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	sinktest.DeliverAll(t, c, g.Make("a", "b"))
+
+	srv.Stop()
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Probe(ctx) != nil }, "probe fails once the server is down")
+	if err := c.Probe(ctx); !strings.Contains(err.Error(), "not connected") {
+		t.Errorf("probe while down: %v", err)
+	}
+	evs := g.Make("a", "b", "c", "a")
+	start := time.Now()
+	out := c.Deliver(ctx, evs)
+	if out[0].Kind != sink.Unavailable || !strings.Contains(out[0].Reason, "not connected") {
+		t.Fatalf("first event while the server is down: %v", out[0])
+	}
+	for i, o := range out[1:3] {
+		// Not published after the first failure: their attempts must not move.
+		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not published: ") || !strings.Contains(o.Reason, "not connected") {
+			t.Fatalf("event %d while the server is down: %v", evs[i+1].ID, o)
+		}
+	}
+	if out[3].Kind != sink.NotAttempted {
+		t.Fatalf("second event of a: %v", out[3])
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Deliver took %s while disconnected; want at once", d)
+	}
+	srv.Restart()
+	testenv.Eventually(t, 30*time.Second, func() bool { return c.Probe(ctx) == nil }, "probe succeeds once the server is back")
+	sinktest.DeliverAll(t, c, evs)
+
+	srv.Stop()
+	srv.SetJetStream(false)
+	srv.Restart()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		err := c.Probe(ctx)
+		return err != nil && strings.Contains(err.Error(), "jetstream not enabled")
+	}, "probe says JetStream is not enabled")
+	out = c.Deliver(ctx, g.Make("a"))
+	if out[0].Kind != sink.Unavailable || !strings.Contains(out[0].Reason, "JetStream not enabled") {
+		t.Fatalf("without JetStream: %v", out[0])
+	}
+	t.Logf("unavailable: %s", out[0].Reason)
+	srv.Stop()
+	srv.SetJetStream(true)
+	srv.Restart()
+	testenv.Eventually(t, 30*time.Second, func() bool { return c.Probe(ctx) == nil }, "probe succeeds with JetStream back")
+	sinktest.DeliverAll(t, c, g.Make("a", "d"))
 }
 
 func TestWaitsForServerAtStartup(t *testing.T) {

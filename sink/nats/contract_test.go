@@ -102,6 +102,7 @@ func received(t *testing.T, url, stream string) []sinktest.Delivery {
 			t.Fatalf("message %d: Nats-Msg-Id %q: %v", m.Sequence, m.Header.Get(jetstream.MsgIDHeader), err)
 		}
 		out[i].ID = id
+		out[i].Partition, out[i].LeaseEpoch = m.Header.Get(sink.HeaderPartition), m.Header.Get(sink.HeaderLeaseEpoch)
 		if err := json.Unmarshal(m.Data, &out[i].Message); err != nil {
 			t.Fatalf("message %d: body: %v", m.Sequence, err)
 		}

@@ -15,22 +15,45 @@
 //
 // Every publish waits for its PubAck (async publishes, at most
 // nats.max_in_flight outstanding per batch, all awaited). A PubAck — also one
-// that says the stream dropped a duplicate — is OK. No PubAck within
-// nats.timeout, a lost connection or a 5xx API error is Retry. A rejection is
-// Poison with the server's reason: a 4xx JetStream API error (message larger
-// than the stream's max_msg_size, subject held by another stream) or a
-// message larger than the server's max_payload.
+// that says the stream dropped a duplicate — is OK. A rejection is Poison
+// with the server's reason: a 4xx JetStream API error (message larger than
+// the stream's max_msg_size, subject held by another stream) or a message
+// larger than the server's max_payload.
+//
+// Everything about the server or the stream rather than the message is
+// sink.Unavailable, and the relay pauses the consumer without moving the
+// events' attempts: not connected (the server down or restarting; publishes
+// are not buffered while disconnected), no PubAck within nats.timeout, a 5xx
+// API error, a server without JetStream, and a stream that no longer covers
+// the subject. After the first Unavailable outcome of a Deliver call, the
+// events not published yet are not published, so an outage costs one
+// timeout per batch; they are NotAttempted with the failure as the reason
+// ("not published: ..."), so that their attempts cannot move when the relay
+// counts the batch's Unavailable events as retries (it does when other
+// events of the batch were delivered). While paused the relay calls Probe:
+// connected, JetStream account info, and stream info of nats.stream.
 //
 // "No responders" needs care: it says that nothing listens on the subject,
 // which is the case when no stream covers it, but also, for a moment, when
 // the stream exists and is unavailable (a leader election in a cluster, a
-// restart). The consumer then asks the server which stream holds the subject:
-// only when the server answers that none does is the event Poison ("no stream
-// covers subject ..."); when the stream is there, or the question gets no
-// answer, it is Retry. Since the start-up check guarantees that the stream
-// covers every subject of the template, Poison here means the stream was
-// changed or deleted after start-up; an operator retries the failed events
-// after fixing it.
+// restart), and when the server has no JetStream. The consumer then asks the
+// server which stream holds the subject: a stream other than nats.stream is
+// Poison; none ("no stream covers subject ...", with how the stream comes
+// back), no answer or no JetStream is Unavailable. Since the start-up check
+// guarantees that the stream covers every subject of the template, "no
+// stream covers" means the stream was changed or deleted after start-up:
+// once an operator recreates it (or restarts searchsync with
+// nats.create_stream) the probe succeeds and the backlog moves.
+//
+// # Fencing
+//
+// Before every publish the relay's lease is checked (sink.CheckLease);
+// once its deadline has passed nothing more is published and the events are
+// NotAttempted ("lease deadline passed"). Every message carries the fencing
+// token of its event's partition in the headers Searchsync-Partition and
+// Searchsync-Lease-Epoch (sink.HeaderPartition, sink.HeaderLeaseEpoch):
+// a subscriber keeps the highest epoch seen per partition and drops a
+// message with a lower one (docs/consumers.md).
 //
 // # Order per aggregate
 //
@@ -66,13 +89,14 @@
 //   - a relay crash between publish and ack: the partition's next owner
 //     delivers again after the lease expires (≤ relay.lease_ttl), well inside
 //     the window;
-//   - a retry after another consumer of the same event failed (an event is
-//     dispatched only when every consumer routed to it succeeded, so the
-//     queue gets it again), or after a PubAck was lost: the redelivery comes
-//     after relay.backoff (initial 1s, doubling, capped at relay.backoff.max,
-//     default 10m).
+//   - a retry after a PubAck was lost (the message may have been stored):
+//     the redelivery comes after relay.backoff (initial 1s, doubling, capped
+//     at relay.backoff.max, default 10m), or after a pause of the consumer
+//     once the probe succeeds. Consumers are independent (docs/consumers.md):
+//     a failure or outage of another consumer of the same event does not
+//     send it to the queue again.
 //
-// A redelivery later than the window — a long outage of another consumer, a
+// A redelivery later than the window — a long outage of NATS itself, a
 // backoff beyond the window, an operator retrying failed events days later —
 // is stored again. Subscribers must therefore still de-duplicate by
 // Nats-Msg-Id (the event id) themselves, e.g. by remembering the highest

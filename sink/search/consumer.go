@@ -2,6 +2,13 @@
 // versioned documents of Elasticsearch or OpenSearch indexes (upcast →
 // project → merge partial state → coalesce per document → _bulk with
 // version_type=external) and reports one sink.Outcome per event.
+//
+// What is about the engine rather than the event — the engine unreachable
+// or refusing whole requests, a cluster block, a missing index or alias, an
+// _mget or index creation that fails — is sink.Unavailable: the relay pauses
+// the consumer and calls Probe (ping, the aliases resolve, no write block)
+// until it can write again. A missing index names the commands that bring
+// it back. docs/outages.md has the whole table.
 package search
 
 import (
@@ -13,8 +20,10 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
@@ -35,8 +44,13 @@ type Config struct {
 	Name string
 	// Engine is the search engine. Required.
 	Engine indexer.Engine
-	// Writer sends the bulk requests. Default: indexer.NewWriter(Engine, indexer.WriterConfig{Logger: Logger}).
+	// Writer sends the bulk requests. Default: indexer.NewWriter(Engine,
+	// indexer.WriterConfig{Logger: Logger, RequestTimeout: RequestTimeout}).
 	Writer *indexer.Writer
+	// RequestTimeout bounds each request of the consumer's own (_mget,
+	// per-tenant index creation, each step of Probe): an engine that does
+	// not answer is Unavailable after it. Default 30s.
+	RequestTimeout time.Duration
 	// Projections turn events into documents. Required.
 	Projections *projections.Set
 	// Defs are the index definitions by alias. Required: every index a
@@ -73,8 +87,10 @@ type ConsumerStats struct {
 //
 // Outcomes: the events folded into a write share its outcome (OK, or Stale
 // when the engine already holds that version or a newer one). When the write
-// fails, the first event of the document gets the Retry or Poison with the
-// engine's reason and the later ones NotAttempted. A poison event (from the
+// fails, the first event of the document gets the Unavailable, Retry or
+// Poison with the engine's reason and the later ones NotAttempted. A write
+// to an alias and to the target of a running reindex has the worse of the
+// two outcomes (Poison over Unavailable over Retry over NotAttempted). A poison event (from the
 // projection) stops its aggregate: the events before it are still written
 // (the state up to the last good one, with its version), the later ones are
 // NotAttempted. A coalesced write that the engine rejects as poison is
@@ -91,9 +107,18 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	ensured map[string]*mapping.Status // per-tenant aliases known to exist
+	// physical is the last physical index seen behind each alias (at
+	// start-up, per-tenant creation, probes), for the reason of a missing
+	// index.
+	physical map[string]string
 
 	stats struct{ events, unprojected, writes, coalesced, mgets atomic.Int64 }
 }
+
+var (
+	_ sink.Consumer = (*Consumer)(nil)
+	_ sink.Prober   = (*Consumer)(nil)
+)
 
 // New checks cfg and returns the consumer.
 func New(cfg Config) (*Consumer, error) {
@@ -103,13 +128,14 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.Projections.Check(); err != nil {
 		return nil, fmt.Errorf("search consumer: %w", err)
 	}
-	c := &Consumer{cfg: cfg, writer: cfg.Writer, logger: cfg.Logger, ensured: map[string]*mapping.Status{}}
+	c := &Consumer{cfg: cfg, writer: cfg.Writer, logger: cfg.Logger, ensured: map[string]*mapping.Status{}, physical: map[string]string{}}
 	c.cfg.Name = cmp.Or(cfg.Name, "search")
+	c.cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 30*time.Second)
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	if c.writer == nil {
-		c.writer = indexer.NewWriter(cfg.Engine, indexer.WriterConfig{Logger: c.logger})
+		c.writer = indexer.NewWriter(cfg.Engine, indexer.WriterConfig{Logger: c.logger, RequestTimeout: c.cfg.RequestTimeout})
 	}
 	c.indexes = slices.Clone(cfg.Indexes)
 	if len(c.indexes) == 0 {
@@ -169,6 +195,7 @@ func (c *Consumer) EnsureIndexes(ctx context.Context) ([]*mapping.Status, error)
 			return out, err
 		}
 		c.logStatus(st)
+		c.seen(st.Alias, st.Index)
 		out = append(out, st)
 	}
 	return out, nil
@@ -199,6 +226,111 @@ func (c *Consumer) ensureTenant(ctx context.Context, def *mapping.Def) error {
 	c.mu.Lock()
 	c.ensured[def.Alias] = st
 	c.mu.Unlock()
+	c.seen(st.Alias, st.Index)
+	return nil
+}
+
+// bounded runs one request of the consumer's own under RequestTimeout; an
+// engine that did not answer in time is a transport error saying so.
+func (c *Consumer) bounded(ctx context.Context, call func(context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	err := call(rctx)
+	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		return &indexer.TransportError{Op: c.cfg.Engine.Kind() + " request", Err: fmt.Errorf("no answer within %s (%v)", c.cfg.RequestTimeout, err)}
+	}
+	return err
+}
+
+// seen records the physical index behind alias.
+func (c *Consumer) seen(alias, index string) {
+	if index == "" {
+		return
+	}
+	c.mu.Lock()
+	c.physical[alias] = index
+	c.mu.Unlock()
+}
+
+// missing is the outcome of a write or read through an alias that no longer
+// exists (its index was deleted while searchsync ran): Unavailable, naming
+// the commands that bring it back.
+func (c *Consumer) missing(alias, engineSaid string) sink.Outcome {
+	c.mu.Lock()
+	ix := c.physical[alias]
+	c.mu.Unlock()
+	what := "alias " + alias
+	if ix != "" {
+		what = fmt.Sprintf("index %s (alias %s)", ix, alias)
+	}
+	return sink.Unavailablef("%s missing: %s; recreate it: restart `searchsync run` (it creates a missing index and alias, empty), "+
+		"then `searchsync reindex %s --force` refills it from the outbox", what, engineSaid, alias)
+}
+
+// unavailable is the outcome of a request of the consumer's own (an _mget,
+// creating a per-tenant index) that failed: the engine's failure, not the
+// event's.
+func (c *Consumer) unavailable(alias string, err error, format string, args ...any) sink.Outcome {
+	if ee, ok := indexer.AsEngineError(err); ok && ee.Type == "index_not_found_exception" {
+		return c.missing(alias, ee.Error())
+	}
+	return sink.Unavailablef("%s: %v", fmt.Sprintf(format, args...), err)
+}
+
+// Probe implements sink.Prober for the relay while the consumer is paused:
+// the engine answers (a ping, which also checks the credentials), every
+// alias the consumer writes (shared ones, and per-tenant ones it created)
+// points to an index, and no write block is set on those indexes or the
+// cluster. It returns what stands in the way.
+func (c *Consumer) Probe(ctx context.Context) error {
+	if err := c.bounded(ctx, c.cfg.Engine.Ping); err != nil {
+		return fmt.Errorf("search engine: %w", err)
+	}
+	var aliases []string
+	for _, ix := range c.indexes {
+		if c.cfg.Defs[ix].Tenancy.Mode != mapping.TenancyPerTenant {
+			aliases = append(aliases, ix)
+		}
+	}
+	c.mu.Lock()
+	for a := range c.ensured {
+		aliases = append(aliases, a)
+	}
+	c.mu.Unlock()
+	slices.Sort(aliases)
+	var physical []string
+	for _, a := range aliases {
+		var targets []string
+		err := c.bounded(ctx, func(ctx context.Context) (err error) {
+			targets, err = c.cfg.Engine.AliasTargets(ctx, a)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("search engine: %w", err)
+		}
+		if len(targets) == 0 {
+			return errors.New(c.missing(a, "the alias points to no index").Reason)
+		}
+		if len(targets) == 1 {
+			c.seen(a, targets[0])
+		}
+		physical = append(physical, targets...)
+	}
+	var blocks []indexer.Block
+	err := c.bounded(ctx, func(ctx context.Context) (err error) {
+		blocks, err = c.cfg.Engine.WriteBlocks(ctx, physical...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("search engine: %w", err)
+	}
+	if len(blocks) > 0 {
+		s := make([]string, len(blocks))
+		for i, b := range blocks {
+			s[i] = b.String()
+		}
+		return fmt.Errorf("search engine refuses writes: %s", strings.Join(s, "; "))
+	}
 	return nil
 }
 
@@ -356,10 +488,10 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 		}
 		if t.def.Tenancy.Mode == mapping.TenancyPerTenant {
 			td, _ := t.def.ForTenant(first.Tenant)
-			if err := c.ensureTenant(ctx, td); err != nil {
+			if err := c.bounded(ctx, func(ctx context.Context) error { return c.ensureTenant(ctx, td) }); err != nil {
 				// Not the event's fault (the engine is away, or the
-				// definition is refused, which an operator fixes): retry.
-				c.failTarget(t, out, sink.Retryf("ensure index for tenant alias %s: %v", t.alias, err))
+				// definition is refused, which an operator fixes).
+				c.failTarget(t, out, c.unavailable(t.alias, err, "ensure index for tenant alias %s", t.alias))
 				continue
 			}
 		}
@@ -377,10 +509,18 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 			ids[i] = t.id
 		}
 		c.stats.mgets.Add(1)
-		docs, err := c.cfg.Engine.MGet(ctx, alias, ids)
+		var docs map[string]indexer.Doc
+		err := c.bounded(ctx, func(ctx context.Context) (err error) {
+			docs, err = c.cfg.Engine.MGet(ctx, alias, ids)
+			return err
+		})
 		if err != nil {
+			o := c.unavailable(alias, err, "read current documents of %s", alias)
+			if ctx.Err() != nil {
+				o = sink.Outcome{} // cancelled (the relay stops or lost the lease)
+			}
 			for _, t := range ts {
-				c.failTarget(t, out, sink.Retryf("read current documents of %s: %v", alias, err))
+				c.failTarget(t, out, o)
 			}
 			continue
 		}
@@ -538,7 +678,8 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 		if c.cfg.DualWrites != nil {
 			extra, err := c.cfg.DualWrites.For(ctx, p.t.alias)
 			if err != nil {
-				res[i] = sink.Retryf("look up reindex targets of %s: %v", p.t.alias, err)
+				// The database that holds the reindex jobs: not the event's fault.
+				res[i] = sink.Unavailablef("look up reindex targets of %s: %v", p.t.alias, err)
 				continue
 			}
 			p.extra = extra
@@ -560,18 +701,25 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 	seen := make([]bool, len(writes))
 	for j, o := range got {
 		i := owner[j]
+		oc := o.Outcome
+		if oc.Kind == sink.Unavailable && o.Result.ErrType == "index_not_found_exception" && ops[j].RequireAlias {
+			oc = c.missing(ops[j].Index, fmt.Sprintf("engine answered %d %s: %s", o.Result.Status, o.Result.ErrType, o.Result.ErrReason))
+		}
 		if !seen[i] {
 			seen[i] = true
-			res[i] = o.Outcome
+			res[i] = oc
 			continue
 		}
-		res[i] = worse(res[i], o.Outcome)
+		res[i] = worse(res[i], oc)
 	}
 	return res
 }
 
 // worse combines the outcomes of one document written to several indexes:
-// the document is delivered only when every index took it.
+// the document is delivered only when every index took it. Unavailable
+// ranks above Retry (one index unavailable pauses the consumer rather than
+// counting attempts) and below Poison (an event one index rejects for good
+// fails whatever the other says).
 func worse(a, b sink.Outcome) sink.Outcome {
 	rank := func(k sink.Kind) int {
 		switch k {
@@ -583,8 +731,10 @@ func worse(a, b sink.Outcome) sink.Outcome {
 			return 2
 		case sink.Retry:
 			return 3
-		default:
+		case sink.Unavailable:
 			return 4
+		default:
+			return 5
 		}
 	}
 	if rank(b.Kind) > rank(a.Kind) {

@@ -1,7 +1,12 @@
 // Package sinktest is the contract suite every consumer (sink.Consumer) must
-// pass: delivery, transient failure and retry, poison, order per aggregate
-// (stop at the first failure, later events NotAttempted), redelivery of the
-// same events (idempotent by event id), cancellation.
+// pass: delivery; an outage (the destination down: events Unavailable, or
+// NotAttempted after their aggregate's head or, with a reason, not sent
+// after an earlier failure of the batch; sink.Prober, when implemented,
+// fails until the destination is back) and recovery; poison;
+// order per aggregate (stop at the first failure, later events
+// NotAttempted); redelivery of the same events (idempotent by event id);
+// cancellation; fencing (nothing is sent once the lease deadline has passed,
+// and every message carries its event's fencing token).
 //
 // A consumer package runs it against its real destination with a Harness:
 //
@@ -42,8 +47,8 @@ type Instance interface {
 	// after the destination's own de-duplication by event id (JetStream's
 	// duplicate window; a webhook receiver that honours the idempotency key).
 	Received(t *testing.T) []Delivery
-	// Break makes deliveries fail transiently (the server stopped, the
-	// endpoint answering 503) until Repair.
+	// Break makes the destination unavailable as a whole (the server
+	// stopped, the endpoint answering 503) until Repair.
 	Break(t *testing.T)
 	// Repair undoes Break.
 	Repair(t *testing.T)
@@ -60,6 +65,10 @@ type Delivery struct {
 	ID int64
 	// Message is the decoded body.
 	Message sink.Message
+	// Partition and LeaseEpoch are the values of the headers
+	// sink.HeaderPartition and sink.HeaderLeaseEpoch as received ("" when
+	// absent).
+	Partition, LeaseEpoch string
 }
 
 // Timeout bounds each wait of the suite (a Deliver call, a recovery).
@@ -68,11 +77,12 @@ var Timeout = 90 * time.Second
 // Run runs the contract suite.
 func Run(t *testing.T, h Harness) {
 	t.Run("ok", func(t *testing.T) { t.Parallel(); testOK(t, h) })
-	t.Run("retry", func(t *testing.T) { t.Parallel(); testRetry(t, h) })
+	t.Run("unavailable", func(t *testing.T) { t.Parallel(); testUnavailable(t, h) })
 	t.Run("poison", func(t *testing.T) { t.Parallel(); testPoison(t, h) })
 	t.Run("order_per_aggregate", func(t *testing.T) { t.Parallel(); testOrder(t, h) })
 	t.Run("redelivery", func(t *testing.T) { t.Parallel(); testRedelivery(t, h) })
 	t.Run("cancelled", func(t *testing.T) { t.Parallel(); testCancelled(t, h) })
+	t.Run("fencing", func(t *testing.T) { t.Parallel(); testFencing(t, h) })
 }
 
 // Events makes events for the suite: ids from a per-instance counter, one
@@ -136,8 +146,8 @@ func deliver(t *testing.T, c sink.Consumer, events []*outbox.Event) []sink.Outco
 }
 
 // DeliverAll plays the relay: it delivers the events, then delivers again
-// those not delivered (Retry, NotAttempted) until all are delivered or the
-// suite's Timeout passes. A Poison outcome fails the test.
+// those not delivered (Retry, Unavailable, NotAttempted) until all are
+// delivered or the suite's Timeout passes. A Poison outcome fails the test.
 func DeliverAll(t *testing.T, c sink.Consumer, events []*outbox.Event) {
 	t.Helper()
 	pending := events
@@ -248,33 +258,71 @@ func testOK(t *testing.T, h Harness) {
 	CheckReceived(t, in.Received(t), events)
 }
 
-func testRetry(t *testing.T, h Harness) {
+func testUnavailable(t *testing.T, h Harness) {
 	in := h.Start(t)
 	var g Events
 	events := g.Make("a", "b", "a", "", "b", "a")
+	prober, _ := in.Consumer().(sink.Prober)
+	if prober != nil {
+		if err := probe(prober); err != nil {
+			t.Fatalf("Probe of a working destination: %v", err)
+		}
+	}
 	in.Break(t)
 	out := deliver(t, in.Consumer(), events)
 	head := map[string]bool{}
+	unavailable := 0
 	for i, o := range out {
 		e := events[i]
 		k := e.AggregateKey()
 		switch {
-		case o.Kind == sink.Retry:
+		case o.Kind == sink.Unavailable:
+			unavailable++
 			if o.Reason == "" {
-				t.Errorf("event %d: retry without a reason", e.ID)
+				t.Errorf("event %d: unavailable without a reason", e.ID)
 			}
 		case o.Kind == sink.NotAttempted && k != "" && head[k]:
 			// a later event of an aggregate whose head failed
+		case o.Kind == sink.NotAttempted && o.Reason != "":
+			// not sent after the destination failed earlier in the batch
 		default:
-			t.Errorf("event %d while broken: %s %q, want retry (or not_attempted after its aggregate's failure)", e.ID, o.Kind, o.Reason)
+			t.Errorf("event %d while broken: %s %q, want unavailable (or not_attempted after its aggregate's failure, or not sent with a reason)", e.ID, o.Kind, o.Reason)
 		}
 		if k != "" {
 			head[k] = true
 		}
 	}
+	if unavailable == 0 {
+		t.Errorf("no event unavailable while broken: %v", kinds(out))
+	}
+	if prober != nil {
+		if err := probe(prober); err == nil {
+			t.Errorf("Probe succeeded while the destination is down")
+		} else if err.Error() == "" {
+			t.Errorf("Probe failed without a reason")
+		}
+	}
 	in.Repair(t)
+	if prober != nil {
+		// The relay probes with capped backoff until a probe succeeds.
+		deadline := time.Now().Add(Timeout)
+		wait := 10 * time.Millisecond
+		for err := probe(prober); err != nil; err = probe(prober) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Probe still fails %s after the repair: %v", Timeout, err)
+			}
+			time.Sleep(wait) // the relay's probe backoff
+			wait = min(2*wait, 500*time.Millisecond)
+		}
+	}
 	DeliverAll(t, in.Consumer(), events)
 	CheckReceived(t, in.Received(t), events)
+}
+
+func probe(p sink.Prober) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	return p.Probe(ctx)
 }
 
 func testPoison(t *testing.T, h Harness) {
@@ -368,5 +416,52 @@ func testCancelled(t *testing.T, h Harness) {
 	}
 	// The relay delivers them later.
 	DeliverAll(t, in.Consumer(), events)
+	CheckReceived(t, in.Received(t), events)
+}
+
+// lease is a sink.Lease for the suite: partition = event id mod 16, a fixed
+// epoch, and a deadline that has passed when expired is set.
+type lease struct {
+	epoch   int64
+	expired atomic.Bool
+}
+
+func (l *lease) Token(e *outbox.Event) (int, int64, bool) { return int(e.ID % 16), l.epoch, true }
+
+func (l *lease) Check() error {
+	if l.expired.Load() {
+		return sink.ErrLeaseExpired
+	}
+	return nil
+}
+
+func testFencing(t *testing.T, h Harness) {
+	in := h.Start(t)
+	var g Events
+	events := g.Make("a", "b", "a", "")
+	l := &lease{epoch: 7}
+	ctx, cancel := context.WithTimeout(sink.WithLease(context.Background(), l), Timeout)
+	defer cancel()
+	for i, o := range in.Consumer().Deliver(ctx, events) {
+		if o.Kind != sink.OK {
+			t.Fatalf("event %d with a valid lease: %s %q", events[i].ID, o.Kind, o.Reason)
+		}
+	}
+	got := in.Received(t)
+	CheckReceived(t, got, events)
+	for _, d := range got {
+		if want := fmt.Sprint(d.ID % 16); d.Partition != want || d.LeaseEpoch != "7" {
+			t.Errorf("event %d: fencing token partition %q epoch %q, want %q and 7", d.ID, d.Partition, d.LeaseEpoch, want)
+		}
+	}
+
+	// Past the lease deadline nothing is sent.
+	l.expired.Store(true)
+	late := g.Make("a", "c", "", "c")
+	for i, o := range in.Consumer().Deliver(ctx, late) {
+		if o.Kind != sink.NotAttempted {
+			t.Errorf("event %d after the lease deadline: %s %q, want not_attempted", late[i].ID, o.Kind, o.Reason)
+		}
+	}
 	CheckReceived(t, in.Received(t), events)
 }

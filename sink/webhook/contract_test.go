@@ -86,7 +86,8 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc.seen[id] = true
-	rc.accepted = append(rc.accepted, sinktest.Delivery{ID: id, Message: m})
+	rc.accepted = append(rc.accepted, sinktest.Delivery{ID: id, Message: m,
+		Partition: r.Header.Get(sink.HeaderPartition), LeaseEpoch: r.Header.Get(sink.HeaderLeaseEpoch)})
 	w.WriteHeader(http.StatusNoContent)
 }
 

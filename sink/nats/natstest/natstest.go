@@ -157,6 +157,15 @@ func (s *Server) Restart() {
 	}
 }
 
+// SetJetStream decides whether the next Restart runs the server with
+// JetStream (the same store) or without it, so that a test can take
+// JetStream away from a consumer that is connected already.
+func (s *Server) SetJetStream(on bool) {
+	s.mu.Lock()
+	s.noJS = !on
+	s.mu.Unlock()
+}
+
 // Stop shuts the server down (SIGTERM) and waits for it to exit; safe to
 // call when it is already stopped.
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
