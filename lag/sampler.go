@@ -14,8 +14,14 @@ type Point struct {
 	Pending          int64              `json:"pending"`
 	Failed           int64              `json:"failed"`
 	OldestPendingAge float64            `json:"oldest_pending_age_seconds"`
+	DeliverableLag   float64            `json:"deliverable_lag_seconds"`
 	DeliveredRate    float64            `json:"delivered_per_second"`
-	ConsumerLag      map[string]float64 `json:"consumer_lag_seconds"`
+	// ConsumerLag is each consumer's deliverable lag; ConsumerBlocked its
+	// blocked aggregates (all causes but paused), ConsumerPaused 1 while it
+	// is paused.
+	ConsumerLag     map[string]float64 `json:"consumer_lag_seconds"`
+	ConsumerBlocked map[string]int64   `json:"consumer_blocked_aggregates"`
+	ConsumerPaused  map[string]int     `json:"consumer_paused"`
 }
 
 // SamplerConfig configures a Sampler.
@@ -77,9 +83,16 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	}
 	s.last = snap
 	pt := Point{At: snap.At, Pending: snap.Pending, Failed: snap.Failed, OldestPendingAge: snap.OldestPendingAge,
-		DeliveredRate: snap.DeliveredRate, ConsumerLag: map[string]float64{}}
+		DeliverableLag: snap.DeliverableLag, DeliveredRate: snap.DeliveredRate,
+		ConsumerLag: map[string]float64{}, ConsumerBlocked: map[string]int64{}, ConsumerPaused: map[string]int{}}
 	for _, c := range snap.Consumers {
-		pt.ConsumerLag[c.Name] = c.OldestPendingAge
+		pt.ConsumerLag[c.Name] = c.DeliverableLag
+		pt.ConsumerBlocked[c.Name] = c.Blocked.Failed.Aggregates + c.Blocked.BackingOff.Aggregates
+		if c.Paused != nil {
+			pt.ConsumerPaused[c.Name] = 1
+		} else {
+			pt.ConsumerPaused[c.Name] = 0
+		}
 	}
 	s.history = append(s.history, pt)
 	cut := 0
