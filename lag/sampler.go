@@ -10,12 +10,12 @@ import (
 
 // Point is one sample of the history the dashboard draws.
 type Point struct {
-	At               time.Time          `json:"at"`
-	Pending          int64              `json:"pending"`
-	Failed           int64              `json:"failed"`
-	OldestPendingAge float64            `json:"oldest_pending_age_seconds"`
-	DeliverableLag   float64            `json:"deliverable_lag_seconds"`
-	DeliveredRate    float64            `json:"delivered_per_second"`
+	At               time.Time `json:"at"`
+	Pending          int64     `json:"pending"`
+	Failed           int64     `json:"failed"`
+	OldestPendingAge float64   `json:"oldest_pending_age_seconds"`
+	DeliverableLag   float64   `json:"deliverable_lag_seconds"`
+	DeliveredRate    float64   `json:"delivered_per_second"`
 	// ConsumerLag is each consumer's deliverable lag; ConsumerBlocked its
 	// blocked aggregates (all causes but paused), ConsumerPaused 1 while it
 	// is paused.
