@@ -297,7 +297,7 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		s.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
 			var f Failure
 			err := row.Scan(&f.ID, &f.EventType, &f.AggregateType, &f.AggregateID, &f.Attempts, &f.LastError, &f.CreatedAt)
-			f.LastError = Truncate(f.LastError, maxError)
+			f.LastError = Redact(f.LastError, maxError)
 			return f, err
 		})
 		if err != nil {
@@ -497,7 +497,7 @@ func (r *Reader) summarize(s *Snapshot, rw *raw) {
 		cl.DeliverableLag = age(delivOldest)
 		if p, ok := rw.pauses[c.Name]; ok && p.state == "paused" {
 			cl.State = "paused"
-			pause := &Pause{Reason: Truncate(p.reason, maxError), Probes: p.probes, ProbeAt: p.probeAt}
+			pause := &Pause{Reason: Redact(p.reason, maxError), Probes: p.probes, ProbeAt: p.probeAt}
 			if p.pausedAt != nil {
 				pause.Since = *p.pausedAt
 				pause.Age = age(*p.pausedAt)
@@ -558,7 +558,7 @@ func (r *Reader) summarize(s *Snapshot, rw *raw) {
 			f.Events += waiting
 			if f.Since == nil || eff.createdAt.Before(*f.Since) || (eff.createdAt.Equal(*f.Since) && eff.id < f.HeadID) {
 				t := eff.createdAt
-				f.Since, f.HeadID, f.Why = &t, eff.id, Truncate(eff.lastError, maxError)
+				f.Since, f.HeadID, f.Why = &t, eff.id, Redact(eff.lastError, maxError)
 			}
 		}
 		for _, cause := range []string{CauseFailed, CauseBackingOff} {
@@ -579,7 +579,7 @@ func (r *Reader) summarize(s *Snapshot, rw *raw) {
 	for _, h := range list[:min(len(list), max(0, r.MaxListed))] {
 		b := Blocked{AggregateType: h.aggregateType, AggregateID: h.aggregateID, HeadID: h.id, EventType: h.eventType,
 			Consumers: append([]string{}, holds[h]...), Status: h.status, Cause: h.cause, Attempts: h.attempts,
-			LastError: Truncate(h.lastError, maxError), AvailableAt: h.availableAt, CreatedAt: h.createdAt}
+			LastError: Redact(h.lastError, maxError), AvailableAt: h.availableAt, CreatedAt: h.createdAt}
 		if h.consumer != allConsumers {
 			b.Consumer = h.consumer
 		}
@@ -644,7 +644,7 @@ func (r *Reader) ConsumersOf(eventType, aggregateType string) []string {
 }
 
 // maxError is how many characters of a last_error or pause reason a
-// Snapshot keeps.
+// Snapshot keeps (after Redact: the dashboard serves them).
 const maxError = 200
 
 // Truncate shortens s to at most n runes, marking a cut with "…".
@@ -660,7 +660,8 @@ func Truncate(s string, n int) string {
 var (
 	urlUserinfo = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^/\s@]*@`)
 	urlQuery    = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://[^\s?#]*)[?#][^\s"']*`)
-	secretPair  = regexp.MustCompile(`(?i)\b(authorization|bearer|basic|password|passwd|secret|token|api[_-]?key|apikey)(\s*[:=]\s*|\s+)\S+`)
+	secretPair  = regexp.MustCompile(`(?i)\b(authorization|password|passwd|secret|token|api[_-]?key|apikey)(\s*[:=]\s*)(?:(?:bearer|basic)\s+)?\S+`)
+	authScheme  = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/-]+=*`)
 )
 
 // Redact removes what may be a secret from an error message (the userinfo
@@ -670,6 +671,7 @@ func Redact(s string, n int) string {
 	s = urlUserinfo.ReplaceAllString(s, "${1}")
 	s = urlQuery.ReplaceAllString(s, "${1}")
 	s = secretPair.ReplaceAllString(s, "${1}${2}[redacted]")
+	s = authScheme.ReplaceAllString(s, "${1} [redacted]")
 	return Truncate(s, n)
 }
 
