@@ -36,6 +36,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -209,11 +210,23 @@ type Reader struct {
 	routes    []config.Route
 	// MaxListed bounds the blocked heads and failures listed. Default 20.
 	MaxListed int
+	// PausedRefresh is how long a paused consumer's count of aggregates
+	// (the one figure that reads its whole backlog) is reused. Default 30s.
+	PausedRefresh time.Duration
+
+	mu     sync.Mutex
+	paused map[string]pausedCount
+}
+
+type pausedCount struct {
+	at time.Time
+	n  int64
 }
 
 // NewReader returns a Reader; consumers and routes come from the configuration.
 func NewReader(pool *pgxpool.Pool, schema string, consumers []config.Consumer, routes []config.Route) *Reader {
-	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routes: routes, MaxListed: 20}
+	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routes: routes, MaxListed: 20,
+		PausedRefresh: 30 * time.Second, paused: map[string]pausedCount{}}
 }
 
 // allConsumers marks a head that blocks every consumer.
@@ -280,7 +293,8 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 	s := &Snapshot{Blocked: []Blocked{}, Failures: []Failure{}}
 	var rw raw
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&s.At); err != nil {
+		// JIT compiles for longer than these queries run.
+		if err := tx.QueryRow(ctx, `SELECT now(), set_config('jit', 'off', true)`).Scan(&s.At, nil); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, r.q.lastID).Scan(&s.LastID); err != nil {
@@ -598,11 +612,18 @@ func (r *Reader) summarize(s *Snapshot, rw *raw) {
 
 // pausedAggregates counts, for each paused consumer with events it would
 // otherwise be given, the aggregates of those events (one query per paused
-// consumer, only while one is).
+// consumer, only while one is, at most every PausedRefresh).
 func (r *Reader) pausedAggregates(ctx context.Context, tx pgx.Tx, s *Snapshot, rw *raw) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for i := range s.Consumers {
 		cl := &s.Consumers[i]
 		if cl.Paused == nil || cl.Blocked.Paused.Events == 0 {
+			delete(r.paused, cl.Name)
+			continue
+		}
+		if c, ok := r.paused[cl.Name]; ok && s.At.Sub(c.at) < r.PausedRefresh && !c.at.After(s.At) {
+			cl.Blocked.Paused.Aggregates = min(c.n, cl.Blocked.Paused.Events)
 			continue
 		}
 		var types, events []string
@@ -618,6 +639,7 @@ func (r *Reader) pausedAggregates(ctx context.Context, tx pgx.Tx, s *Snapshot, r
 		if err := tx.QueryRow(ctx, r.q.pausedAggregates, args...).Scan(&cl.Blocked.Paused.Aggregates); err != nil {
 			return fmt.Errorf("paused aggregates of %s: %w", cl.Name, err)
 		}
+		r.paused[cl.Name] = pausedCount{at: s.At, n: cl.Blocked.Paused.Aggregates}
 	}
 	return nil
 }
@@ -681,17 +703,23 @@ type queries struct {
 
 // headsCTE folds the heads ($1 aggregate types, $2 aggregate ids, $3
 // consumers ("*" = all), $4 head ids) per aggregate.
+// lo is where the aggregate's undelivered events start: its first head or
+// open delivery row.
 const headsCTE = `
 WITH h AS (
-	SELECT aggregate_type, aggregate_id, array_agg(consumer) AS cs, array_agg(head_id) AS ids
-	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[]) AS h(aggregate_type, aggregate_id, consumer, head_id)
-	GROUP BY aggregate_type, aggregate_id
+	SELECT h.aggregate_type, h.aggregate_id, h.cs, h.ids,
+	       least(h.first, (SELECT min(d.event_id) FROM {d} d
+	                       WHERE d.aggregate_type = h.aggregate_type AND d.aggregate_id = h.aggregate_id
+	                         AND d.state <> 'done')) AS lo
+	FROM (SELECT aggregate_type, aggregate_id, array_agg(consumer) AS cs, array_agg(head_id) AS ids, min(head_id) AS first
+	      FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[]) AS h(aggregate_type, aggregate_id, consumer, head_id)
+	      GROUP BY aggregate_type, aggregate_id) h
 )`
 
 // blockedFor is the consumers an earlier head of e's aggregate holds back
 // ({"*"}: all); evaluated only for events of blocked aggregates.
 const blockedFor = `CASE WHEN h.aggregate_id IS NULL THEN '{}'::text[]
-	ELSE ARRAY(SELECT c FROM unnest(h.cs, h.ids) AS u(c, i) WHERE i < e.id ORDER BY c) END`
+	ELSE ARRAY(SELECT u.c FROM unnest(h.cs, h.ids) AS u(c, i) WHERE u.i < e.id ORDER BY u.c) END`
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
@@ -738,15 +766,27 @@ func newQueries(schema string) queries {
 			           GROUP BY w.event_type) x), '{}'::jsonb)
 			FROM heads h`),
 		// Every pending event once, grouped; split ones (with open delivery
-		// rows) are counted per consumer by deliveryRows.
+		// rows) are counted per consumer by deliveryRows. The events of
+		// unblocked aggregates (nearly all) are grouped straight from the
+		// pending index; those of blocked aggregates come through the
+		// aggregate index from the aggregate's first head or open row on
+		// (nothing before it is pending) and get the consumers held back.
 		pending: r.Replace(headsCTE + `,
 			open AS (SELECT DISTINCT event_id FROM {d} WHERE state <> 'done')
 			SELECT e.aggregate_type, e.event_type, e.available_at <= now(), o.event_id IS NOT NULL,
-			       {blocked_for}, count(*), min(e.created_at)
+			       '{}'::text[], count(*), min(e.created_at)
 			FROM {t} e
-			LEFT JOIN h ON h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
 			LEFT JOIN open o ON o.event_id = e.id
 			WHERE e.status = 'pending'
+			  AND NOT EXISTS (SELECT 1 FROM h WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id)
+			GROUP BY 1, 2, 3, 4
+			UNION ALL
+			SELECT e.aggregate_type, e.event_type, e.available_at <= now(), o.event_id IS NOT NULL,
+			       {blocked_for}, count(*), min(e.created_at)
+			FROM h
+			JOIN {t} e ON e.aggregate_type = h.aggregate_type AND e.aggregate_id = h.aggregate_id
+			          AND e.id >= h.lo AND e.status = 'pending'
+			LEFT JOIN open o ON o.event_id = e.id
 			GROUP BY 1, 2, 3, 4, 5`),
 		deliveryRows: r.Replace(headsCTE + `
 			SELECT d.consumer, d.state, d.available_at <= now(), {blocked_for}, count(*), min(e.created_at)
@@ -762,25 +802,36 @@ func newQueries(schema string) queries {
 			GROUP BY 1, 2, 3`),
 		pauses: r.Replace(`SELECT consumer, state, paused_at, coalesce(reason, ''), probes, probe_at FROM {c}`),
 		// The aggregates a paused consumer ($7) would otherwise be given
-		// events of; $5/$6 are the (aggregate_type, event_type) pairs routed
-		// to it.
-		pausedAggregates: r.Replace(headsCTE + `
-			SELECT count(*) FROM (
-				SELECT e.aggregate_type, coalesce(e.aggregate_id::text, '#' || e.id)
+		// events of (an event without an aggregate counts as one); $5/$6
+		// are the (aggregate_type, event_type) pairs routed to it.
+		pausedAggregates: r.Replace(headsCTE + `,
+			rt AS (SELECT * FROM unnest($5::text[], $6::text[]) AS rt(aggregate_type, event_type)),
+			would AS (
+				SELECT e.aggregate_type, e.aggregate_id, e.id
 				FROM {t} e
-				JOIN unnest($5::text[], $6::text[]) AS rt(aggregate_type, event_type)
-				  ON rt.aggregate_type = e.aggregate_type AND rt.event_type = e.event_type
-				LEFT JOIN h ON h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
+				JOIN rt ON rt.aggregate_type = e.aggregate_type AND rt.event_type = e.event_type
 				WHERE e.status = 'pending' AND e.available_at <= now()
 				  AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done')
+				  AND NOT EXISTS (SELECT 1 FROM h WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id)
+				UNION ALL
+				SELECT e.aggregate_type, e.aggregate_id, e.id
+				FROM h
+				JOIN {t} e ON e.aggregate_type = h.aggregate_type AND e.aggregate_id = h.aggregate_id
+				          AND e.id >= h.lo AND e.status = 'pending'
+				JOIN rt ON rt.aggregate_type = e.aggregate_type AND rt.event_type = e.event_type
+				WHERE e.available_at <= now()
+				  AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done')
 				  AND NOT ({blocked_for} && ARRAY['*', $7::text])
-				UNION
-				SELECT e.aggregate_type, coalesce(e.aggregate_id::text, '#' || e.id)
+				UNION ALL
+				SELECT e.aggregate_type, e.aggregate_id, e.id
 				FROM {d} d
 				JOIN {t} e ON e.id = d.event_id
 				LEFT JOIN h ON h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
 				WHERE d.consumer = $7 AND d.state = 'pending' AND d.available_at <= now()
-				  AND NOT ({blocked_for} && ARRAY['*', $7::text])) x`),
+				  AND NOT ({blocked_for} && ARRAY['*', $7::text]))
+			SELECT count(*) FROM (
+				SELECT 1 FROM would
+				GROUP BY aggregate_type, aggregate_id, CASE WHEN aggregate_id IS NULL THEN id END) x`),
 		failures: r.Replace(`
 			SELECT id, event_type, aggregate_type, aggregate_id, attempts, coalesce(last_error, ''), created_at
 			FROM {t} WHERE status = 'failed' ORDER BY id DESC LIMIT $1`),
