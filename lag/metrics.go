@@ -57,7 +57,7 @@ func NewCollector(s *Sampler) *Collector {
 		consBlockedSince:  d("consumer_blocked_since_seconds", "Age of the oldest blocking head of a consumer by cause (for paused: time since it was paused); 0 when none.", "consumer", "type", "cause"),
 		consPaused:        d("consumer_paused", "1 while a consumer is paused (its engine, endpoint or server unavailable), else 0.", "consumer", "type"),
 		consPauseProbes:   d("consumer_pause_probes", "Failed probes of a paused consumer since it was paused.", "consumer", "type"),
-		consPauseInfo:     d("consumer_pause_info", "1 while a consumer is paused; reason is the pause reason without URL credentials or queries, truncated.", "consumer", "type", "reason"),
+		consPauseInfo:     d("consumer_pause_info", "1 while a consumer is paused, with reason = the pause reason without URL credentials, queries or tokens, truncated; 0 with reason \"\" while it runs.", "consumer", "type", "reason"),
 		idxDelivLag:       d("index_deliverable_lag_seconds", "Age of the oldest event bound for an index that could be delivered now.", "index", "consumer"),
 		idxDeliv:          d("index_deliverable_events", "Events bound for an index that could be delivered now.", "index", "consumer"),
 		idxBlocked:        d("index_blocked_aggregates", "Aggregates blocked for an index, by cause (failed, backing_off, paused).", "index", "consumer", "cause"),
@@ -114,7 +114,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			g(c.consPauseProbes, float64(k.Paused.Probes), k.Name, k.Type)
 			g(c.consPauseInfo, 1, k.Name, k.Type, Redact(k.Paused.Reason, maxReasonLabel))
 		} else {
+			// The series stays (reason "", 0) so that queries and the
+			// dashboard check find it while nothing is paused.
 			g(c.consPauseProbes, 0, k.Name, k.Type)
+			g(c.consPauseInfo, 0, k.Name, k.Type, "")
 		}
 		for _, cause := range Causes {
 			f := k.Blocked.Cause(cause)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/goccy/go-yaml"
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/dashboard"
@@ -294,13 +295,35 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// checkGrafanaMetrics fails when deploy/grafana/dashboards/searchsync.json
-// queries a searchsync_ metric that the relay at addr does not export.
+// checkGrafanaMetrics fails when deploy/grafana/dashboards/searchsync.json or
+// the example alerting rules deploy/prometheus-alerts.yml query a
+// searchsync_ metric that the relay at addr does not export.
 func checkGrafanaMetrics(t *testing.T, addr string) {
 	t.Helper()
 	dash, err := os.ReadFile("../../deploy/grafana/dashboards/searchsync.json")
 	if err != nil {
 		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("../../deploy/prometheus-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(rules, &rf); err != nil || len(rf.Groups) == 0 || len(rf.Groups[0].Rules) == 0 {
+		t.Fatalf("deploy/prometheus-alerts.yml: %v (%d groups)", err, len(rf.Groups))
+	}
+	var exprs []string
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("deploy/prometheus-alerts.yml: rule %+v without alert or expr", r)
+			}
+			exprs = append(exprs, r.Expr)
+		}
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -319,13 +342,16 @@ func checkGrafanaMetrics(t *testing.T, addr string) {
 			exported[line[:i]] = true
 		}
 	}
-	queried := regexp.MustCompile(`searchsync_[a-z_]+`).FindAllString(string(dash), -1)
-	if len(queried) == 0 {
-		t.Fatal("the Grafana dashboard queries no searchsync metric")
-	}
-	for _, m := range queried {
-		if !exported[m] {
-			t.Errorf("Grafana dashboard queries %s, which /metrics does not export", m)
+	metricName := regexp.MustCompile(`searchsync_[a-z_]+`)
+	for file, text := range map[string]string{"Grafana dashboard": string(dash), "alerting rules": strings.Join(exprs, "\n")} {
+		queried := metricName.FindAllString(text, -1)
+		if len(queried) == 0 {
+			t.Fatalf("the %s query no searchsync metric", file)
+		}
+		for _, m := range queried {
+			if !exported[m] {
+				t.Errorf("the %s query %s, which /metrics does not export", file, m)
+			}
 		}
 	}
 }
