@@ -80,6 +80,7 @@ async function refresh() {
     c.deliverable, c.pending, c.failed, fmt(c.oldest_pending_age_seconds)], false, (c) => c.paused ? "paused-consumer" : "");
   const h = held(s.consumers);
   $("heldnone").hidden = h.length > 0;
+  $("held").hidden = h.length === 0;
   rows("held", h, (r) => [r.consumer, r.cause, r.aggregates, r.events, r.failed, age(r.since), r.head, r.why], true, (r) => r.cause);
   rows("failures", s.failures, (f) => [f.id, f.event_type, f.aggregate_type + "/" + (f.aggregate_id || "–"), f.attempts, f.last_error], true);
   rows("blockedtbl", s.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.status, b.waiting, (b.consumers || []).join(", ") || "–", b.last_error], true);
