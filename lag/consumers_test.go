@@ -106,7 +106,7 @@ func near(got, want, tol float64) bool { return got >= want-tol && got <= want+t
 
 // One poison head an hour old among fresh events: the deliverable lag stays
 // at the fresh events' age, and the poison shows as blocked{cause=failed}.
-func TestPoisonHeadDoesNotInflateDeliverableLag(t *testing.T) {
+func TestLagPoisonHeadDoesNotInflateDeliverableLag(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	poisoned := uuid.New()
@@ -178,7 +178,7 @@ func TestPoisonHeadDoesNotInflateDeliverableLag(t *testing.T) {
 
 // Events whose consumers went different ways count for the consumer that
 // still owes them only.
-func TestSplitEventCountsForTheConsumerThatOwesIt(t *testing.T) {
+func TestLagSplitEventCountsForTheConsumerThatOwesIt(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	// Aggregate A: e1 went to search, the webhook backs off (for an hour);
@@ -243,7 +243,7 @@ func TestSplitEventCountsForTheConsumerThatOwesIt(t *testing.T) {
 
 // A paused consumer's backlog is paused, not deliverable, and the other
 // consumers' figures do not move.
-func TestPausedConsumerBacklogIsPaused(t *testing.T) {
+func TestLagPausedConsumerBacklogIsPaused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for i := range 4 {
@@ -299,7 +299,10 @@ func TestPausedConsumerBacklogIsPaused(t *testing.T) {
 	if v := testutil.ToFloat64(mustGauge(t, reg, "searchsync_consumer_deliverable_lag_seconds", map[string]string{"consumer": "crm-hook"})); v != 0 {
 		t.Errorf("consumer_deliverable_lag_seconds{crm-hook} = %v", v)
 	}
-	reason := label(t, reg, "searchsync_consumer_pause_info", "reason")
+	reason := label(t, reg, "searchsync_consumer_pause_info", "crm-hook", "reason")
+	if r := label(t, reg, "searchsync_consumer_pause_info", "search", "reason"); r != "" {
+		t.Errorf("pause_info of the running consumer has reason %q", r)
+	}
 	if strings.Contains(reason, "hunter2") || strings.Contains(reason, "token") || strings.Contains(reason, "ops") || !strings.Contains(reason, "connection refused") {
 		t.Errorf("pause_info reason %q", reason)
 	}
@@ -311,7 +314,7 @@ func TestPausedConsumerBacklogIsPaused(t *testing.T) {
 	}
 }
 
-func TestRedact(t *testing.T) {
+func TestLagRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		`Post "https://u:p@h.example/x?sig=1": EOF`:      `Post "https://h.example/x": EOF`,
 		`nats: authorization violation token=s3cr3t`:     `nats: authorization violation token=[redacted]`,
@@ -339,22 +342,27 @@ func sample(t *testing.T, r *lag.Reader) *prometheus.Registry {
 	return reg
 }
 
-// label returns the value of one label of the only series of a metric.
-func label(t *testing.T, reg *prometheus.Registry, name, key string) string {
+// label returns the value of one label of a consumer's series of a metric.
+func label(t *testing.T, reg *prometheus.Registry, name, consumer, key string) string {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			for _, lp := range mf.GetMetric()[0].GetLabel() {
-				if lp.GetName() == key {
-					return lp.GetValue()
-				}
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if v, ok := labels[key]; ok && labels["consumer"] == consumer {
+				return v
 			}
 		}
 	}
-	t.Fatalf("no single series of %s with label %s", name, key)
+	t.Fatalf("no series of %s for %s with label %s", name, consumer, key)
 	return ""
 }

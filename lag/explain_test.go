@@ -20,8 +20,8 @@ import (
 // SEARCHSYNC_LAG_EXPLAIN=1 (SEARCHSYNC_LAG_PENDING sets the pending events,
 // default 200000; SEARCHSYNC_LAG_PAUSED=1 pauses the webhook):
 //
-//	SEARCHSYNC_LAG_EXPLAIN=1 go test ./lag -run ExplainQueries -v
-func TestExplainQueries(t *testing.T) {
+//	SEARCHSYNC_LAG_EXPLAIN=1 go test ./lag -run LagExplainQueries -v
+func TestLagExplainQueries(t *testing.T) {
 	if os.Getenv("SEARCHSYNC_LAG_EXPLAIN") == "" {
 		t.Skip("set SEARCHSYNC_LAG_EXPLAIN=1")
 	}
