@@ -18,16 +18,20 @@ import (
 // TestExplainQueries seeds a busy outbox and prints EXPLAIN ANALYZE of every
 // lag query and the time of whole snapshots. It runs only with
 // SEARCHSYNC_LAG_EXPLAIN=1 (SEARCHSYNC_LAG_PENDING sets the pending events,
-// default 200000; SEARCHSYNC_LAG_PAUSED=1 pauses the webhook):
+// default 200000; SEARCHSYNC_LAG_SPLIT the events search has and the webhook
+// not, default 5000; SEARCHSYNC_LAG_PAUSED=1 pauses the webhook):
 //
 //	SEARCHSYNC_LAG_EXPLAIN=1 go test ./lag -run LagExplainQueries -v
 func TestLagExplainQueries(t *testing.T) {
 	if os.Getenv("SEARCHSYNC_LAG_EXPLAIN") == "" {
 		t.Skip("set SEARCHSYNC_LAG_EXPLAIN=1")
 	}
-	pending := 200000
+	pending, split := 200000, 5000
 	if n, err := strconv.Atoi(os.Getenv("SEARCHSYNC_LAG_PENDING")); err == nil {
 		pending = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("SEARCHSYNC_LAG_SPLIT")); err == nil {
+		split = n
 	}
 	ctx := context.Background()
 	var db *testenv.DB
@@ -71,13 +75,13 @@ func TestLagExplainQueries(t *testing.T) {
 		WHERE id IN (SELECT min(id) FROM aa_outbox_event WHERE status = 'pending' AND aggregate_id IS NOT NULL GROUP BY aggregate_id ORDER BY aggregate_id LIMIT 300)`)
 	exec(`UPDATE aa_outbox_event SET attempts = 2, available_at = now() + interval '5 minutes', last_error = 'crm-hook: 503'
 		WHERE id IN (SELECT min(id) FROM aa_outbox_event WHERE status = 'pending' AND aggregate_id IS NOT NULL GROUP BY aggregate_id ORDER BY aggregate_id DESC LIMIT 200)`)
-	// 5000 split events: search has them, the webhook not (1 in 50 of those
-	// backs off, 1 in 100 is parked for it).
-	exec(`WITH s AS (SELECT id, aggregate_type, aggregate_id FROM aa_outbox_event WHERE status = 'pending' AND aggregate_id IS NOT NULL ORDER BY id LIMIT 5000)
+	// 5000 split events (SEARCHSYNC_LAG_SPLIT): search has them, the
+	// webhook not (1 in 50 of those backs off, 1 in 100 is parked for it).
+	exec(`WITH s AS (SELECT id, aggregate_type, aggregate_id FROM aa_outbox_event WHERE status = 'pending' AND aggregate_id IS NOT NULL ORDER BY id LIMIT $1)
 		INSERT INTO aa_outbox_delivery (event_id, consumer, aggregate_type, aggregate_id, state, available_at)
 		SELECT id, c, aggregate_type, aggregate_id, CASE WHEN c = 'search' THEN 'done' WHEN id % 100 = 0 THEN 'failed' ELSE 'pending' END,
 		       CASE WHEN c = 'crm-hook' AND id % 50 = 0 THEN now() + interval '1 minute' ELSE now() END
-		FROM s, unnest(ARRAY['search', 'crm-hook']) c`)
+		FROM s, unnest(ARRAY['search', 'crm-hook']) c`, split)
 	if os.Getenv("SEARCHSYNC_LAG_PAUSED") != "" {
 		exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason) VALUES ('crm-hook', 'paused', now(), 'connection refused')`)
 	}

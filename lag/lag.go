@@ -719,12 +719,14 @@ WITH h AS (
 // blockedFor is the consumers an earlier head of e's aggregate holds back
 // ({"*"}: all); evaluated only for events of blocked aggregates.
 const blockedFor = `CASE WHEN h.aggregate_id IS NULL THEN '{}'::text[]
-	ELSE ARRAY(SELECT u.c FROM unnest(h.cs, h.ids) AS u(c, i) WHERE u.i < e.id ORDER BY u.c) END`
+	ELSE ARRAY(SELECT u.c FROM unnest(h.cs, h.ids) AS u(c, i) WHERE u.i < {id} ORDER BY u.c) END`
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	r := strings.NewReplacer("{s}", s, "{t}", s+".aa_outbox_event", "{d}", s+".aa_outbox_delivery",
-		"{c}", s+".aa_outbox_consumer", "{seq}", s+".aa_outbox_event_id_seq", "{blocked_for}", blockedFor)
+		"{c}", s+".aa_outbox_consumer", "{seq}", s+".aa_outbox_event_id_seq",
+		"{blocked_for}", strings.ReplaceAll(blockedFor, "{id}", "e.id"),
+		"{blocked_for_d}", strings.ReplaceAll(blockedFor, "{id}", "d.event_id"))
 	return queries{
 		lastID: r.Replace(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}`),
 		// The first blocker per aggregate and consumer ("*": the event row,
@@ -771,30 +773,38 @@ func newQueries(schema string) queries {
 		// pending index; those of blocked aggregates come through the
 		// aggregate index from the aggregate's first head or open row on
 		// (nothing before it is pending) and get the consumers held back.
-		pending: r.Replace(headsCTE + `,
-			open AS (SELECT DISTINCT event_id FROM {d} WHERE state <> 'done')
-			SELECT e.aggregate_type, e.event_type, e.available_at <= now(), o.event_id IS NOT NULL,
+		pending: r.Replace(headsCTE + `
+			SELECT e.aggregate_type, e.event_type, e.available_at <= now(),
+			       e.id IN (SELECT event_id FROM {d} WHERE state <> 'done'),
 			       '{}'::text[], count(*), min(e.created_at)
 			FROM {t} e
-			LEFT JOIN open o ON o.event_id = e.id
 			WHERE e.status = 'pending'
 			  AND NOT EXISTS (SELECT 1 FROM h WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id)
 			GROUP BY 1, 2, 3, 4
 			UNION ALL
-			SELECT e.aggregate_type, e.event_type, e.available_at <= now(), o.event_id IS NOT NULL,
+			SELECT e.aggregate_type, e.event_type, e.available_at <= now(),
+			       e.id IN (SELECT event_id FROM {d} WHERE state <> 'done'),
 			       {blocked_for}, count(*), min(e.created_at)
 			FROM h
 			JOIN {t} e ON e.aggregate_type = h.aggregate_type AND e.aggregate_id = h.aggregate_id
 			          AND e.id >= h.lo AND e.status = 'pending'
-			LEFT JOIN open o ON o.event_id = e.id
 			GROUP BY 1, 2, 3, 4, 5`),
-		deliveryRows: r.Replace(headsCTE + `
-			SELECT d.consumer, d.state, d.available_at <= now(), {blocked_for}, count(*), min(e.created_at)
-			FROM {d} d
-			JOIN {t} e ON e.id = d.event_id
-			LEFT JOIN h ON h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
-			WHERE d.state <> 'done'
-			GROUP BY 1, 2, 3, 4`),
+		// Open delivery rows per consumer, without reading the events: the
+		// aggregate is copied into the row. The age of a group is the
+		// created_at of its first event by id (id order is commit order per
+		// aggregate, and differs from created_at order across aggregates by
+		// at most the producers' transaction times).
+		deliveryRows: r.Replace(headsCTE + `,
+			g AS (
+				SELECT d.consumer, d.state, d.available_at <= now() AS ready, {blocked_for_d} AS blocked_for,
+				       count(*) AS n, min(d.event_id) AS first
+				FROM {d} d
+				LEFT JOIN h ON h.aggregate_type = d.aggregate_type AND h.aggregate_id = d.aggregate_id
+				WHERE d.state <> 'done'
+				GROUP BY 1, 2, 3, 4)
+			SELECT g.consumer, g.state, g.ready, g.blocked_for, g.n,
+			       (SELECT e.created_at FROM {t} e WHERE e.id = g.first)
+			FROM g`),
 		failedGroups: r.Replace(`
 			SELECT e.aggregate_type, e.event_type,
 			       EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done'), count(*)
