@@ -19,11 +19,19 @@
 // One poison event therefore shows as blocked{cause=failed} = 1 while the
 // deliverable lag stays at the age of the fresh events.
 //
+// Delivery rows exist only for events whose consumers went different ways,
+// and then for every routed consumer (docs/consumers.md): an event with open
+// rows (pending or failed) is owed by the consumers that have one, and a
+// routed consumer without an open row has it. The age of a group of delivery
+// rows is that of its first event by id, which differs from the oldest
+// created_at only by the producers' transaction times.
+//
 // Every query reads undelivered rows only: pending events through the
-// partial indexes ix_outbox_event_pending / ix_outbox_event_pending_id,
-// failed ones through ix_outbox_event_failed, open delivery rows through
-// ix_outbox_delivery_consumer, and the events behind a blocked head through
-// the aggregate index from the head on. The queries of one snapshot run in one
+// partial indexes ix_outbox_event_pending / ix_outbox_event_pending_id (one
+// grouped pass; only the events of blocked aggregates are labelled one by
+// one, through the aggregate index from their first head on), failed ones
+// through ix_outbox_event_failed, open delivery rows through
+// ix_outbox_delivery_open / ix_outbox_delivery_consumer. The queries of one snapshot run in one
 // read-only REPEATABLE READ transaction, so their figures agree with each
 // other and share one now().
 package lag
