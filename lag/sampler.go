@@ -51,21 +51,28 @@ func NewSampler(r *Reader, cfg SamplerConfig, logger *slog.Logger) *Sampler {
 	return &Sampler{r: r, cfg: cfg, logger: logger}
 }
 
-// Run samples until ctx ends.
+// Run samples until ctx ends. A sample waits for the interval, or for
+// maxDuty (5) times as long as the last read took when that is longer, so
+// that a large backlog never keeps the database busy with lag queries for
+// more than a fifth of the time.
 func (s *Sampler) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		if _, err := s.Sample(ctx); err != nil && ctx.Err() == nil {
 			s.logger.Warn("lag sample failed", "err", err)
 		}
+		wait := max(s.cfg.Interval, maxDuty*time.Since(start)) - time.Since(start)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(max(0, wait)):
 		}
 	}
 }
+
+// maxDuty: a sample starts at least maxDuty times its last read's duration
+// after the previous one started.
+const maxDuty = 5
 
 // Sample takes a snapshot now, records it in the history and returns it.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
