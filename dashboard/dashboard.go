@@ -1,8 +1,12 @@
 // Package dashboard serves the relay's live dashboard: one page (assets
-// embedded, no CDN) that polls /api/state and shows, per consumer and index,
-// the lag now and over the last hour, throughput, backlog, failures with their
-// last errors, blocked aggregates, drift warnings and partitions per instance.
-// The figures are the lag.Sampler's, the same the /metrics gauges export.
+// embedded, no CDN) that polls /api/state and shows the deliverable lag now
+// (the headline "Lag now": the oldest event a running consumer could be given)
+// and over the last hour per consumer, throughput, backlog, per consumer and
+// index the deliverable lag and backlog, a separate panel of what is blocked
+// (by cause: failed, backing_off, paused), failed or paused with since and why,
+// failures with their last errors, blocked aggregates, drift warnings and
+// partitions per instance. The figures are the lag.Sampler's, the same the
+// /metrics gauges export.
 package dashboard
 
 import (

@@ -1,21 +1,52 @@
 // Package lag measures how far behind the consumers and indexes are, from the
-// outbox itself: the backlog and the age of the oldest undelivered event per
-// aggregate_type and per consumer (through the configured routes), blocked
-// aggregates, failures with their last errors, and the delivery rate. The
-// relay's dashboard, its Prometheus metrics and `searchsync status` all read
-// the same Snapshot, so they agree.
+// outbox itself. The relay's dashboard, its Prometheus metrics and
+// `searchsync status` all read the same Snapshot, so they agree.
 //
-// Pending figures come through the partial index ix_outbox_event_pending,
-// failed ones through the relay's ix_outbox_event_failed: a snapshot reads only
-// undelivered rows, however long the delivered history is.
+// Lag separates "behind" from "stuck" (design §12d). Per consumer (and so per
+// index of a search consumer) a Snapshot holds:
+//   - the deliverable lag and backlog: the age of the oldest event the
+//     consumer could be given now, and how many there are (docs/consumers.md,
+//     "What a consumer may be given"): pending, routed to it, no delivery row
+//     for it or a pending one whose available_at has come, not behind a blocker
+//     of its aggregate for it, and the consumer not paused;
+//   - blocked, by cause: failed (aggregates whose head for the consumer is
+//     parked), backing_off (the head waits for its own retry) and paused (the
+//     consumer is paused: everything it could otherwise be given), each with
+//     how many aggregates and events, since when and why;
+//   - failed: events parked for it;
+//   - its pause state (aa_outbox_consumer).
+//
+// One poison event therefore shows as blocked{cause=failed} = 1 while the
+// deliverable lag stays at the age of the fresh events.
+//
+// Delivery rows exist only for events whose consumers went different ways,
+// and then for every routed consumer (docs/consumers.md): an event with open
+// rows (pending or failed) is owed by the consumers that have one, and a
+// routed consumer without an open row has it. The age of a group of delivery
+// rows is that of its first event by id, which differs from the oldest
+// created_at only by the producers' transaction times.
+//
+// Every query reads undelivered rows only: pending events through the
+// partial indexes ix_outbox_event_pending / ix_outbox_event_pending_id (one
+// grouped pass; only the events of blocked aggregates are labelled one by
+// one, through the aggregate index from their first head on), failed ones
+// through ix_outbox_event_failed, open delivery rows through
+// ix_outbox_delivery_open / ix_outbox_delivery_consumer. The queries of one snapshot run in one
+// read-only REPEATABLE READ transaction, so their figures agree with each
+// other and share one now().
 package lag
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -23,6 +54,16 @@ import (
 
 	"github.com/searchsync/searchsync/internal/config"
 )
+
+// Causes of a blocked consumer.
+const (
+	CauseFailed     = "failed"
+	CauseBackingOff = "backing_off"
+	CausePaused     = "paused"
+)
+
+// Causes lists the causes in the order they are shown.
+var Causes = []string{CauseFailed, CauseBackingOff, CausePaused}
 
 // Snapshot is the state of the outbox at one moment.
 type Snapshot struct {
@@ -33,8 +74,12 @@ type Snapshot struct {
 	Ready   int64 `json:"ready"`
 	Failed  int64 `json:"failed"`
 	// OldestPendingAge is now - created_at of the oldest pending event (0
-	// when none): the lag of the slowest consumer.
+	// when none), whatever holds it: it grows without bound behind a failed
+	// head. DeliverableLag is the figure to alert on.
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	// DeliverableLag is the highest deliverable lag of the consumers: the age
+	// of the oldest event some running consumer could be given now.
+	DeliverableLag float64 `json:"deliverable_lag_seconds"`
 	// LastID is the newest event id (the sequence's last value).
 	LastID int64 `json:"last_id"`
 	// DeliveredRate is events handled (dispatched or skipped) per second
@@ -43,9 +88,11 @@ type Snapshot struct {
 
 	AggregateTypes []AggregateTypeLag `json:"aggregate_types"`
 	Consumers      []ConsumerLag      `json:"consumers"`
-	Blocked        []Blocked          `json:"blocked"`
-	BlockedCount   int64              `json:"blocked_count"`
-	Failures       []Failure          `json:"failures"`
+	// Blocked lists blocking heads (at most Reader.MaxListed, oldest id
+	// first); BlockedCount counts the aggregates that have one.
+	Blocked      []Blocked `json:"blocked"`
+	BlockedCount int64     `json:"blocked_count"`
+	Failures     []Failure `json:"failures"`
 }
 
 // AggregateTypeLag is the backlog of one aggregate_type.
@@ -56,28 +103,100 @@ type AggregateTypeLag struct {
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
 }
 
-// ConsumerLag is the backlog of one consumer: the pending and failed events
-// its routes select.
+// ConsumerLag is what one consumer owes and why it has not delivered it.
+//
+// Pending = Deliverable + Blocked.Failed.Events + Blocked.BackingOff.Events +
+// Blocked.Paused.Events.
 type ConsumerLag struct {
-	Name             string   `json:"name"`
-	Type             string   `json:"type"`
-	Indexes          []string `json:"indexes,omitempty"`
-	Pending          int64    `json:"pending"`
-	Failed           int64    `json:"failed"`
-	OldestPendingAge float64  `json:"oldest_pending_age_seconds"`
+	Name    string   `json:"name"`
+	Type    string   `json:"type"`
+	Indexes []string `json:"indexes,omitempty"`
+	// State is running or paused.
+	State string `json:"state"`
+	// Pending counts the pending events the consumer still has to deliver
+	// (deliverable or not); OldestPendingAge is the age of the oldest.
+	Pending          int64   `json:"pending"`
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	// Deliverable counts the events it could be given now; DeliverableLag is
+	// the age of the oldest (0 when none).
+	Deliverable    int64   `json:"deliverable"`
+	DeliverableLag float64 `json:"deliverable_lag_seconds"`
+	// Failed counts the events parked for it.
+	Failed  int64           `json:"failed"`
+	Blocked ConsumerBlocked `json:"blocked"`
+	// Paused is set while the consumer is paused.
+	Paused *Pause `json:"paused,omitempty"`
 }
 
-// Blocked is an aggregate whose head event is failed or waiting for a retry:
-// nothing after it is delivered until it is.
+// ConsumerBlocked splits what a consumer cannot deliver by cause.
+type ConsumerBlocked struct {
+	Failed     BlockedFigure `json:"failed"`
+	BackingOff BlockedFigure `json:"backing_off"`
+	Paused     BlockedFigure `json:"paused"`
+}
+
+// Cause returns the figure of one cause (see Causes).
+func (b *ConsumerBlocked) Cause(cause string) *BlockedFigure {
+	switch cause {
+	case CauseFailed:
+		return &b.Failed
+	case CauseBackingOff:
+		return &b.BackingOff
+	default:
+		return &b.Paused
+	}
+}
+
+// BlockedFigure is one cause of a consumer's blocked backlog.
+type BlockedFigure struct {
+	// Aggregates counts the blocked aggregates (for paused: the aggregates
+	// whose next event it would otherwise be given, an event without an
+	// aggregate counting as one).
+	Aggregates int64 `json:"aggregates"`
+	// Events counts the pending events held: for failed and backing_off the
+	// events waiting behind the heads (and the backing-off heads themselves,
+	// and backing-off events without an aggregate); for paused what it would
+	// otherwise be given.
+	Events int64 `json:"events"`
+	// Since is the created_at of the oldest blocking head (for paused: when
+	// the consumer was paused); Age is now - Since in seconds (0 when none).
+	Since *time.Time `json:"since,omitempty"`
+	Age   float64    `json:"age_seconds"`
+	// HeadID is the oldest blocking head; Why its last_error (for paused: the
+	// pause reason), truncated.
+	HeadID int64  `json:"head_id,omitempty"`
+	Why    string `json:"why,omitempty"`
+}
+
+// Pause is the pause state of a consumer (aa_outbox_consumer).
+type Pause struct {
+	Since   time.Time  `json:"since"`
+	Age     float64    `json:"age_seconds"`
+	Reason  string     `json:"reason"`
+	Probes  int        `json:"probes"`
+	ProbeAt *time.Time `json:"probe_at,omitempty"`
+}
+
+// Blocked is an aggregate head that holds back the events after it: an event
+// without delivery rows that is failed or waiting for a retry (it blocks every
+// consumer), or one consumer's delivery row that is (it blocks that consumer).
 type Blocked struct {
 	AggregateType string    `json:"aggregate_type"`
 	AggregateID   uuid.UUID `json:"aggregate_id"`
 	HeadID        int64     `json:"head_id"`
-	Status        string    `json:"status"`
-	Attempts      int       `json:"attempts"`
-	LastError     string    `json:"last_error"`
-	AvailableAt   time.Time `json:"available_at"`
-	Waiting       int64     `json:"waiting"` // events behind the head
+	EventType     string    `json:"event_type"`
+	// Consumer is the consumer whose delivery row blocks, "" when the event
+	// row blocks every consumer. Consumers lists the consumers it holds back.
+	Consumer  string   `json:"consumer,omitempty"`
+	Consumers []string `json:"consumers"`
+	// Status is failed or pending (backing off); Cause failed or backing_off.
+	Status      string    `json:"status"`
+	Cause       string    `json:"cause"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"last_error"`
+	AvailableAt time.Time `json:"available_at"`
+	CreatedAt   time.Time `json:"created_at"`
+	Waiting     int64     `json:"waiting"` // pending events behind the head
 }
 
 // Failure is one failed event.
@@ -97,105 +216,220 @@ type Reader struct {
 	q         queries
 	consumers []config.Consumer
 	routes    []config.Route
-	// MaxListed bounds the blocked aggregates and failures listed. Default 20.
+	// MaxListed bounds the blocked heads and failures listed. Default 20.
 	MaxListed int
+	// PausedRefresh is how long a paused consumer's count of aggregates
+	// (the one figure that reads its whole backlog) is reused. Default 30s.
+	PausedRefresh time.Duration
+
+	mu     sync.Mutex
+	paused map[string]pausedCount
+}
+
+type pausedCount struct {
+	at time.Time
+	n  int64
 }
 
 // NewReader returns a Reader; consumers and routes come from the configuration.
 func NewReader(pool *pgxpool.Pool, schema string, consumers []config.Consumer, routes []config.Route) *Reader {
-	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routes: routes, MaxListed: 20}
+	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routes: routes, MaxListed: 20,
+		PausedRefresh: 30 * time.Second, paused: map[string]pausedCount{}}
 }
 
-// group is one (aggregate_type, event_type) row of the grouped queries.
-type group struct {
+// allConsumers marks a head that blocks every consumer.
+const allConsumers = "*"
+
+// head is the first blocker of an aggregate for one consumer (or for all).
+type head struct {
+	consumer                 string
+	aggregateType            string
+	aggregateID              uuid.UUID
+	id                       int64
+	eventType, status, cause string
+	attempts                 int
+	lastError                string
+	availableAt, createdAt   time.Time
+	waiting                  map[string]int64 // event_type → pending events behind it
+}
+
+// pendingGroup is one group of pending events without open delivery rows
+// (split=false) or with them (split=true; their figures come from the
+// delivery rows).
+type pendingGroup struct {
 	aggregateType, eventType string
-	pending, ready, failed   int64
-	oldest                   *time.Time
+	ready, split             bool
+	blockedFor               []string // consumers held back by an earlier head; "*" = all
+	n                        int64
+	oldest                   time.Time
 }
 
-// Pending reads the pending figures (cheap: the partial pending index).
-func (r *Reader) pending(ctx context.Context, s *Snapshot) ([]group, error) {
-	rows, err := r.pool.Query(ctx, r.q.pendingGroups)
-	if err != nil {
-		return nil, fmt.Errorf("lag: pending backlog: %w", err)
-	}
-	groups, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
-		var g group
-		return g, row.Scan(&g.aggregateType, &g.eventType, &g.pending, &g.ready, &g.oldest)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lag: pending backlog: %w", err)
-	}
-	if err := r.pool.QueryRow(ctx, r.q.lastID).Scan(&s.LastID); err != nil {
-		return nil, fmt.Errorf("lag: last id: %w", err)
-	}
-	return groups, nil
+// rowGroup is one group of open delivery rows of a consumer.
+type rowGroup struct {
+	consumer, state string
+	ready           bool
+	blockedFor      []string
+	n               int64
+	oldest          time.Time
 }
 
-// failed reads the failed figures, blocked aggregates and recent failures
-// (through ix_outbox_event_failed).
-func (r *Reader) failed(ctx context.Context, s *Snapshot) ([]group, error) {
-	rows, err := r.pool.Query(ctx, r.q.failedGroups)
-	if err != nil {
-		return nil, fmt.Errorf("lag: failed events: %w", err)
-	}
-	groups, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
-		var g group
-		return g, row.Scan(&g.aggregateType, &g.eventType, &g.failed)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lag: failed events: %w", err)
-	}
-	rows, err = r.pool.Query(ctx, r.q.blocked, r.MaxListed)
-	if err != nil {
-		return nil, fmt.Errorf("lag: blocked aggregates: %w", err)
-	}
-	s.Blocked, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Blocked, error) {
-		var b Blocked
-		return b, row.Scan(&b.AggregateType, &b.AggregateID, &b.HeadID, &b.Status, &b.Attempts, &b.LastError, &b.AvailableAt, &b.Waiting, &s.BlockedCount)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lag: blocked aggregates: %w", err)
-	}
-	rows, err = r.pool.Query(ctx, r.q.failures, r.MaxListed)
-	if err != nil {
-		return nil, fmt.Errorf("lag: failures: %w", err)
-	}
-	s.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
-		var f Failure
-		return f, row.Scan(&f.ID, &f.EventType, &f.AggregateType, &f.AggregateID, &f.Attempts, &f.LastError, &f.CreatedAt)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lag: failures: %w", err)
-	}
-	return groups, nil
+// failedGroup is one group of failed events; split ones have delivery rows.
+type failedGroup struct {
+	aggregateType, eventType string
+	split                    bool
+	n                        int64
+}
+
+type pauseRow struct {
+	state, reason string
+	pausedAt      *time.Time
+	probes        int
+	probeAt       *time.Time
+}
+
+// raw is what the queries of one snapshot return.
+type raw struct {
+	heads   []head
+	pending []pendingGroup
+	rows    []rowGroup
+	failed  []failedGroup
+	pauses  map[string]pauseRow
 }
 
 // Read takes a whole snapshot now.
 func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
-	s := &Snapshot{}
-	if err := r.pool.QueryRow(ctx, `SELECT now()`).Scan(&s.At); err != nil {
+	s := &Snapshot{Blocked: []Blocked{}, Failures: []Failure{}}
+	var rw raw
+	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// JIT compiles for longer than these queries run.
+		if err := tx.QueryRow(ctx, `SELECT now(), set_config('jit', 'off', true)`).Scan(&s.At, nil); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, r.q.lastID).Scan(&s.LastID); err != nil {
+			return fmt.Errorf("last id: %w", err)
+		}
+		var err error
+		if rw, err = r.query(ctx, tx); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, r.q.failures, r.MaxListed)
+		if err != nil {
+			return fmt.Errorf("failures: %w", err)
+		}
+		s.Failures, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Failure, error) {
+			var f Failure
+			err := row.Scan(&f.ID, &f.EventType, &f.AggregateType, &f.AggregateID, &f.Attempts, &f.LastError, &f.CreatedAt)
+			f.LastError = Redact(f.LastError, maxError)
+			return f, err
+		})
+		if err != nil {
+			return fmt.Errorf("failures: %w", err)
+		}
+		r.summarize(s, &rw)
+		return r.pausedAggregates(ctx, tx, s, &rw)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("lag: %w", err)
 	}
-	pg, err := r.pending(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	fg, err := r.failed(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	r.summarize(s, pg, fg)
 	return s, nil
 }
 
+// query runs the heads, pending, delivery-row, failed and pause queries.
+func (r *Reader) query(ctx context.Context, tx pgx.Tx) (raw, error) {
+	var rw raw
+	rows, err := tx.Query(ctx, r.q.heads)
+	if err != nil {
+		return rw, fmt.Errorf("blocked heads: %w", err)
+	}
+	rw.heads, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (head, error) {
+		var h head
+		return h, row.Scan(&h.consumer, &h.aggregateType, &h.aggregateID, &h.id, &h.eventType, &h.status, &h.cause,
+			&h.attempts, &h.lastError, &h.availableAt, &h.createdAt, &h.waiting)
+	})
+	if err != nil {
+		return rw, fmt.Errorf("blocked heads: %w", err)
+	}
+	args := headArgs(rw.heads)
+
+	rows, err = tx.Query(ctx, r.q.pending, args...)
+	if err != nil {
+		return rw, fmt.Errorf("pending backlog: %w", err)
+	}
+	rw.pending, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (pendingGroup, error) {
+		var g pendingGroup
+		return g, row.Scan(&g.aggregateType, &g.eventType, &g.ready, &g.split, &g.blockedFor, &g.n, &g.oldest)
+	})
+	if err != nil {
+		return rw, fmt.Errorf("pending backlog: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, r.q.deliveryRows, args...)
+	if err != nil {
+		return rw, fmt.Errorf("delivery rows: %w", err)
+	}
+	rw.rows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (rowGroup, error) {
+		var g rowGroup
+		return g, row.Scan(&g.consumer, &g.state, &g.ready, &g.blockedFor, &g.n, &g.oldest)
+	})
+	if err != nil {
+		return rw, fmt.Errorf("delivery rows: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, r.q.failedGroups)
+	if err != nil {
+		return rw, fmt.Errorf("failed events: %w", err)
+	}
+	rw.failed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (failedGroup, error) {
+		var g failedGroup
+		return g, row.Scan(&g.aggregateType, &g.eventType, &g.split, &g.n)
+	})
+	if err != nil {
+		return rw, fmt.Errorf("failed events: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, r.q.pauses)
+	if err != nil {
+		return rw, fmt.Errorf("consumer states: %w", err)
+	}
+	rw.pauses = map[string]pauseRow{}
+	var name string
+	var p pauseRow
+	_, err = pgx.ForEachRow(rows, []any{&name, &p.state, &p.pausedAt, &p.reason, &p.probes, &p.probeAt}, func() error {
+		rw.pauses[name] = p
+		return nil
+	})
+	if err != nil {
+		return rw, fmt.Errorf("consumer states: %w", err)
+	}
+	return rw, nil
+}
+
+// headArgs are the heads as the $1..$4 arrays of the pending and
+// delivery-row queries.
+func headArgs(heads []head) []any {
+	types := make([]string, len(heads))
+	ids := make([]uuid.UUID, len(heads))
+	cons := make([]string, len(heads))
+	hids := make([]int64, len(heads))
+	for i, h := range heads {
+		types[i], ids[i], cons[i], hids[i] = h.aggregateType, h.aggregateID, h.consumer, h.id
+	}
+	return []any{types, ids, cons, hids}
+}
+
+// blocks reports whether an event held back for blockedFor is held back for
+// the consumer.
+func blocks(blockedFor []string, consumer string) bool {
+	return slices.Contains(blockedFor, allConsumers) || slices.Contains(blockedFor, consumer)
+}
+
 // summarize fills the totals, per aggregate_type and per consumer figures.
-func (r *Reader) summarize(s *Snapshot, pending, failed []group) {
-	age := func(t *time.Time) float64 {
-		if t == nil {
+func (r *Reader) summarize(s *Snapshot, rw *raw) {
+	age := func(t time.Time) float64 {
+		if t.IsZero() {
 			return 0
 		}
-		return max(0, s.At.Sub(*t).Seconds())
+		return max(0, s.At.Sub(t).Seconds())
 	}
 	byType := map[string]*AggregateTypeLag{}
 	typ := func(name string) *AggregateTypeLag {
@@ -206,44 +440,216 @@ func (r *Reader) summarize(s *Snapshot, pending, failed []group) {
 		byType[name] = a
 		return a
 	}
-	cons := make([]ConsumerLag, len(r.consumers))
-	for i, c := range r.consumers {
-		cons[i] = ConsumerLag{Name: c.Name, Type: c.Type}
-		if c.Search != nil {
-			cons[i].Indexes = c.Search.Indexes
+	minTime := func(t *time.Time, v time.Time) {
+		if t.IsZero() || v.Before(*t) {
+			*t = v
 		}
 	}
-	s.Pending, s.Ready, s.Failed, s.OldestPendingAge = 0, 0, 0, 0
-	for _, g := range pending {
-		s.Pending += g.pending
-		s.Ready += g.ready
+
+	// Totals over the event rows.
+	var oldest time.Time
+	for _, g := range rw.pending {
+		s.Pending += g.n
+		if g.ready {
+			s.Ready += g.n
+		}
 		a := typ(g.aggregateType)
-		a.Pending += g.pending
-		ga := age(g.oldest)
-		a.OldestPendingAge = max(a.OldestPendingAge, ga)
-		s.OldestPendingAge = max(s.OldestPendingAge, ga)
-		for i := range cons {
-			if r.routed(cons[i].Name, g.eventType, g.aggregateType) {
-				cons[i].Pending += g.pending
-				cons[i].OldestPendingAge = max(cons[i].OldestPendingAge, ga)
+		a.Pending += g.n
+		a.OldestPendingAge = max(a.OldestPendingAge, age(g.oldest))
+		minTime(&oldest, g.oldest)
+	}
+	s.OldestPendingAge = age(oldest)
+	for _, g := range rw.failed {
+		s.Failed += g.n
+		typ(g.aggregateType).Failed += g.n
+	}
+
+	// Per consumer.
+	s.Consumers = make([]ConsumerLag, len(r.consumers))
+	for i, c := range r.consumers {
+		cl := &s.Consumers[i]
+		*cl = ConsumerLag{Name: c.Name, Type: c.Type, State: "running"}
+		if c.Search != nil {
+			cl.Indexes = c.Search.Indexes
+		}
+		var owedOldest, delivOldest time.Time
+		for _, g := range rw.pending {
+			if g.split || !r.routed(c.Name, g.eventType, g.aggregateType) {
+				continue
+			}
+			cl.Pending += g.n
+			minTime(&owedOldest, g.oldest)
+			switch {
+			case blocks(g.blockedFor, c.Name):
+				// counted behind its head below
+			case g.ready:
+				cl.Deliverable += g.n
+				minTime(&delivOldest, g.oldest)
+			default:
+				// a head waiting for its retry, or an event without an
+				// aggregate doing so
+				cl.Blocked.BackingOff.Events += g.n
+			}
+		}
+		for _, g := range rw.rows {
+			if g.consumer != c.Name {
+				continue
+			}
+			if g.state == "failed" {
+				cl.Failed += g.n
+				continue
+			}
+			cl.Pending += g.n
+			minTime(&owedOldest, g.oldest)
+			switch {
+			case blocks(g.blockedFor, c.Name):
+			case g.ready:
+				cl.Deliverable += g.n
+				minTime(&delivOldest, g.oldest)
+			default:
+				cl.Blocked.BackingOff.Events += g.n
+			}
+		}
+		for _, g := range rw.failed {
+			if !g.split && r.routed(c.Name, g.eventType, g.aggregateType) {
+				cl.Failed += g.n
+			}
+		}
+		cl.OldestPendingAge = age(owedOldest)
+		cl.DeliverableLag = age(delivOldest)
+		if p, ok := rw.pauses[c.Name]; ok && p.state == "paused" {
+			cl.State = "paused"
+			pause := &Pause{Reason: Redact(p.reason, maxError), Probes: p.probes, ProbeAt: p.probeAt}
+			if p.pausedAt != nil {
+				pause.Since = *p.pausedAt
+				pause.Age = age(*p.pausedAt)
+			}
+			cl.Paused = pause
+			pf := &cl.Blocked.Paused
+			pf.Events, pf.Why, pf.Age = cl.Deliverable, pause.Reason, pause.Age
+			if p.pausedAt != nil {
+				pf.Since = p.pausedAt
+			}
+			cl.Deliverable, cl.DeliverableLag = 0, 0
+		}
+		s.DeliverableLag = max(s.DeliverableLag, cl.DeliverableLag)
+	}
+
+	// The heads, per aggregate, decide what is blocked for whom.
+	type aggKey struct {
+		typ string
+		id  uuid.UUID
+	}
+	byAgg := map[aggKey][]*head{}
+	var keys []aggKey
+	for i := range rw.heads {
+		h := &rw.heads[i]
+		k := aggKey{h.aggregateType, h.aggregateID}
+		if _, ok := byAgg[k]; !ok {
+			keys = append(keys, k)
+		}
+		byAgg[k] = append(byAgg[k], h)
+	}
+	s.BlockedCount = int64(len(keys))
+	holds := map[*head][]string{}
+	for i, c := range r.consumers {
+		cl := &s.Consumers[i]
+		for _, k := range keys {
+			var eff *head
+			for _, h := range byAgg[k] {
+				if (h.consumer == allConsumers || h.consumer == c.Name) && (eff == nil || h.id < eff.id) {
+					eff = h
+				}
+			}
+			if eff == nil {
+				continue
+			}
+			owed := eff.consumer == c.Name || r.routed(c.Name, eff.eventType, eff.aggregateType)
+			var waiting int64
+			for et, n := range eff.waiting {
+				if r.routed(c.Name, et, eff.aggregateType) {
+					waiting += n
+				}
+			}
+			if !owed && waiting == 0 {
+				continue
+			}
+			holds[eff] = append(holds[eff], c.Name)
+			f := cl.Blocked.Cause(eff.cause)
+			f.Aggregates++
+			f.Events += waiting
+			if f.Since == nil || eff.createdAt.Before(*f.Since) || (eff.createdAt.Equal(*f.Since) && eff.id < f.HeadID) {
+				t := eff.createdAt
+				f.Since, f.HeadID, f.Why = &t, eff.id, Redact(eff.lastError, maxError)
+			}
+		}
+		for _, cause := range []string{CauseFailed, CauseBackingOff} {
+			if f := cl.Blocked.Cause(cause); f.Since != nil {
+				f.Age = age(*f.Since)
 			}
 		}
 	}
-	for _, g := range failed {
-		s.Failed += g.failed
-		typ(g.aggregateType).Failed += g.failed
-		for i := range cons {
-			if r.routed(cons[i].Name, g.eventType, g.aggregateType) {
-				cons[i].Failed += g.failed
-			}
-		}
+
+	// The listed heads, oldest id first.
+	list := make([]*head, 0, len(rw.heads))
+	for i := range rw.heads {
+		list = append(list, &rw.heads[i])
 	}
-	s.AggregateTypes = s.AggregateTypes[:0]
+	sort.Slice(list, func(i, j int) bool {
+		return cmp.Or(cmp.Compare(list[i].id, list[j].id), strings.Compare(list[i].consumer, list[j].consumer)) < 0
+	})
+	for _, h := range list[:min(len(list), max(0, r.MaxListed))] {
+		b := Blocked{AggregateType: h.aggregateType, AggregateID: h.aggregateID, HeadID: h.id, EventType: h.eventType,
+			Consumers: append([]string{}, holds[h]...), Status: h.status, Cause: h.cause, Attempts: h.attempts,
+			LastError: Redact(h.lastError, maxError), AvailableAt: h.availableAt, CreatedAt: h.createdAt}
+		if h.consumer != allConsumers {
+			b.Consumer = h.consumer
+		}
+		for _, n := range h.waiting {
+			b.Waiting += n
+		}
+		s.Blocked = append(s.Blocked, b)
+	}
+
+	s.AggregateTypes = make([]AggregateTypeLag, 0, len(byType))
 	for _, a := range byType {
 		s.AggregateTypes = append(s.AggregateTypes, *a)
 	}
 	sort.Slice(s.AggregateTypes, func(i, j int) bool { return s.AggregateTypes[i].AggregateType < s.AggregateTypes[j].AggregateType })
-	s.Consumers = cons
+}
+
+// pausedAggregates counts, for each paused consumer with events it would
+// otherwise be given, the aggregates of those events (one query per paused
+// consumer, only while one is, at most every PausedRefresh).
+func (r *Reader) pausedAggregates(ctx context.Context, tx pgx.Tx, s *Snapshot, rw *raw) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range s.Consumers {
+		cl := &s.Consumers[i]
+		if cl.Paused == nil || cl.Blocked.Paused.Events == 0 {
+			delete(r.paused, cl.Name)
+			continue
+		}
+		if c, ok := r.paused[cl.Name]; ok && s.At.Sub(c.at) < r.PausedRefresh && !c.at.After(s.At) {
+			cl.Blocked.Paused.Aggregates = min(c.n, cl.Blocked.Paused.Events)
+			continue
+		}
+		var types, events []string
+		seen := map[[2]string]bool{}
+		for _, g := range rw.pending {
+			k := [2]string{g.aggregateType, g.eventType}
+			if !g.split && !seen[k] && r.routed(cl.Name, g.eventType, g.aggregateType) {
+				seen[k] = true
+				types, events = append(types, g.aggregateType), append(events, g.eventType)
+			}
+		}
+		args := append(headArgs(rw.heads), types, events, cl.Name)
+		if err := tx.QueryRow(ctx, r.q.pausedAggregates, args...).Scan(&cl.Blocked.Paused.Aggregates); err != nil {
+			return fmt.Errorf("paused aggregates of %s: %w", cl.Name, err)
+		}
+		r.paused[cl.Name] = pausedCount{at: s.At, n: cl.Blocked.Paused.Aggregates}
+	}
+	return nil
 }
 
 // routed reports whether any route sends this kind of event to the consumer.
@@ -267,39 +673,183 @@ func (r *Reader) ConsumersOf(eventType, aggregateType string) []string {
 	return out
 }
 
-type queries struct {
-	pendingGroups, lastID, failedGroups, blocked, failures string
+// maxError is how many characters of a last_error or pause reason a
+// Snapshot keeps (after Redact: the dashboard serves them).
+const maxError = 200
+
+// Truncate shortens s to at most n runes, marking a cut with "…".
+func Truncate(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:max(0, n-1)]) + "…"
 }
+
+var (
+	urlUserinfo = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^/\s@]*@`)
+	urlQuery    = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://[^\s?#]*)[?#][^\s"']*`)
+	secretPair  = regexp.MustCompile(`(?i)\b(authorization|password|passwd|secret|token|api[_-]?key|apikey)(\s*[:=]\s*)(?:(?:bearer|basic)\s+)?\S+`)
+	authScheme  = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/-]+=*`)
+)
+
+// Redact removes what may be a secret from an error message (the userinfo
+// and query of URLs, credentials after a key word) and truncates it to n
+// runes: the pause reason becomes a metric label.
+func Redact(s string, n int) string {
+	s = urlUserinfo.ReplaceAllString(s, "${1}")
+	s = urlQuery.ReplaceAllString(s, "${1}")
+	s = secretPair.ReplaceAllString(s, "${1}${2}[redacted]")
+	s = authScheme.ReplaceAllString(s, "${1} [redacted]")
+	return Truncate(s, n)
+}
+
+type queries struct {
+	lastID, heads, pending, deliveryRows, failedGroups, pauses, pausedAggregates, failures string
+}
+
+// headsCTE folds the heads ($1 aggregate types, $2 aggregate ids, $3
+// consumers ("*" = all), $4 head ids) per aggregate.
+// lo is where the aggregate's undelivered events start: its first head or
+// open delivery row.
+const headsCTE = `
+WITH h AS (
+	SELECT h.aggregate_type, h.aggregate_id, h.cs, h.ids,
+	       least(h.first, (SELECT min(d.event_id) FROM {d} d
+	                       WHERE d.aggregate_type = h.aggregate_type AND d.aggregate_id = h.aggregate_id
+	                         AND d.state <> 'done')) AS lo
+	FROM (SELECT aggregate_type, aggregate_id, array_agg(consumer) AS cs, array_agg(head_id) AS ids, min(head_id) AS first
+	      FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[]) AS h(aggregate_type, aggregate_id, consumer, head_id)
+	      GROUP BY aggregate_type, aggregate_id) h
+)`
+
+// blockedFor is the consumers an earlier head of e's aggregate holds back
+// ({"*"}: all); evaluated only for events of blocked aggregates.
+const blockedFor = `CASE WHEN h.aggregate_id IS NULL THEN '{}'::text[]
+	ELSE ARRAY(SELECT u.c FROM unnest(h.cs, h.ids) AS u(c, i) WHERE u.i < {id} ORDER BY u.c) END`
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
-	r := strings.NewReplacer("{t}", s+".aa_outbox_event", "{seq}", s+".aa_outbox_event_id_seq")
+	r := strings.NewReplacer("{s}", s, "{t}", s+".aa_outbox_event", "{d}", s+".aa_outbox_delivery",
+		"{c}", s+".aa_outbox_consumer", "{seq}", s+".aa_outbox_event_id_seq",
+		"{blocked_for}", strings.ReplaceAll(blockedFor, "{id}", "e.id"),
+		"{blocked_for_d}", strings.ReplaceAll(blockedFor, "{id}", "d.event_id"))
 	return queries{
-		pendingGroups: r.Replace(`
-			SELECT aggregate_type, event_type, count(*), count(*) FILTER (WHERE available_at <= now()), min(created_at)
-			FROM {t} WHERE status = 'pending'
-			GROUP BY aggregate_type, event_type`),
 		lastID: r.Replace(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}`),
+		// The first blocker per aggregate and consumer ("*": the event row,
+		// which blocks every consumer), with the pending events behind it
+		// per event_type. Blockers: events without open delivery rows that
+		// are failed or backing off, and delivery rows that are.
+		heads: r.Replace(`
+			WITH cand AS (
+				SELECT '*'::text AS consumer, e.aggregate_type, e.aggregate_id, e.id, e.event_type,
+				       'failed'::text AS status, 'failed'::text AS cause, e.attempts,
+				       coalesce(e.last_error, '') AS last_error, e.available_at, e.created_at
+				FROM {t} e
+				WHERE e.status = 'failed' AND e.aggregate_id IS NOT NULL
+				  AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done')
+				UNION ALL
+				SELECT '*', e.aggregate_type, e.aggregate_id, e.id, e.event_type, 'pending', 'backing_off', e.attempts,
+				       coalesce(e.last_error, ''), e.available_at, e.created_at
+				FROM {t} e
+				WHERE e.status = 'pending' AND e.available_at > now() AND e.aggregate_id IS NOT NULL
+				  -- Not implied by the index predicate, so the planner seeks
+				  -- ix_outbox_event_pending to (pending, now()) (see relay).
+				  AND e.status >= (SELECT 'pending'::{s}.outbox_status)
+				  AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done')
+				UNION ALL
+				SELECT d.consumer, d.aggregate_type, d.aggregate_id, d.event_id, e.event_type, d.state,
+				       CASE WHEN d.state = 'failed' THEN 'failed' ELSE 'backing_off' END, d.attempts,
+				       coalesce(d.last_error, ''), d.available_at, e.created_at
+				FROM {d} d JOIN {t} e ON e.id = d.event_id
+				WHERE d.state <> 'done' AND (d.state = 'failed' OR d.available_at > now()) AND d.aggregate_id IS NOT NULL),
+			heads AS (
+				SELECT DISTINCT ON (aggregate_type, aggregate_id, consumer) *
+				FROM cand ORDER BY aggregate_type, aggregate_id, consumer, id)
+			SELECT h.consumer, h.aggregate_type, h.aggregate_id, h.id, h.event_type, h.status, h.cause, h.attempts,
+			       h.last_error, h.available_at, h.created_at,
+			       coalesce((SELECT jsonb_object_agg(x.event_type, x.n) FROM (
+			           SELECT w.event_type, count(*) AS n FROM {t} w
+			           WHERE w.aggregate_type = h.aggregate_type AND w.aggregate_id = h.aggregate_id
+			             AND w.id > h.id AND w.status = 'pending'
+			           GROUP BY w.event_type) x), '{}'::jsonb)
+			FROM heads h`),
+		// Every pending event once, grouped; split ones (with open delivery
+		// rows) are counted per consumer by deliveryRows. The events of
+		// unblocked aggregates (nearly all) are grouped straight from the
+		// pending index; those of blocked aggregates come through the
+		// aggregate index from the aggregate's first head or open row on
+		// (nothing before it is pending) and get the consumers held back.
+		pending: r.Replace(headsCTE + `
+			SELECT e.aggregate_type, e.event_type, e.available_at <= now(),
+			       e.id IN (SELECT event_id FROM {d} WHERE state <> 'done'),
+			       '{}'::text[], count(*), min(e.created_at)
+			FROM {t} e
+			WHERE e.status = 'pending'
+			  AND NOT EXISTS (SELECT 1 FROM h WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id)
+			GROUP BY 1, 2, 3, 4
+			UNION ALL
+			SELECT e.aggregate_type, e.event_type, e.available_at <= now(),
+			       e.id IN (SELECT event_id FROM {d} WHERE state <> 'done'),
+			       {blocked_for}, count(*), min(e.created_at)
+			FROM h
+			JOIN {t} e ON e.aggregate_type = h.aggregate_type AND e.aggregate_id = h.aggregate_id
+			          AND e.id >= h.lo AND e.status = 'pending'
+			GROUP BY 1, 2, 3, 4, 5`),
+		// Open delivery rows per consumer, without reading the events: the
+		// aggregate is copied into the row. The age of a group is the
+		// created_at of its first event by id (id order is commit order per
+		// aggregate, and differs from created_at order across aggregates by
+		// at most the producers' transaction times).
+		deliveryRows: r.Replace(headsCTE + `,
+			g AS (
+				SELECT d.consumer, d.state, d.available_at <= now() AS ready, {blocked_for_d} AS blocked_for,
+				       count(*) AS n, min(d.event_id) AS first
+				FROM {d} d
+				LEFT JOIN h ON h.aggregate_type = d.aggregate_type AND h.aggregate_id = d.aggregate_id
+				WHERE d.state <> 'done'
+				GROUP BY 1, 2, 3, 4)
+			SELECT g.consumer, g.state, g.ready, g.blocked_for, g.n,
+			       (SELECT e.created_at FROM {t} e WHERE e.id = g.first)
+			FROM g`),
 		failedGroups: r.Replace(`
-			SELECT aggregate_type, event_type, count(*)
-			FROM {t} WHERE status = 'failed'
-			GROUP BY aggregate_type, event_type`),
-		// The head of an aggregate is its first event that is neither
-		// dispatched nor skipped; it blocks when failed or backing off.
-		blocked: r.Replace(`
-			WITH heads AS (
-				SELECT DISTINCT ON (aggregate_type, aggregate_id)
-				       aggregate_type, aggregate_id, id, status::text AS status, attempts,
-				       coalesce(last_error, '') AS last_error, available_at
-				FROM {t}
-				WHERE status IN ('pending', 'failed') AND aggregate_id IS NOT NULL
-				ORDER BY aggregate_type, aggregate_id, id),
-			b AS (SELECT * FROM heads WHERE status = 'failed' OR available_at > now())
-			SELECT b.aggregate_type, b.aggregate_id, b.id, b.status, b.attempts, b.last_error, b.available_at,
-			       (SELECT count(*) FROM {t} w WHERE w.aggregate_type = b.aggregate_type AND w.aggregate_id = b.aggregate_id
-			            AND w.id > b.id AND w.status = 'pending'),
-			       count(*) OVER ()
-			FROM b ORDER BY b.id LIMIT $1`),
+			SELECT e.aggregate_type, e.event_type,
+			       EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done'), count(*)
+			FROM {t} e WHERE e.status = 'failed'
+			GROUP BY 1, 2, 3`),
+		pauses: r.Replace(`SELECT consumer, state, paused_at, coalesce(reason, ''), probes, probe_at FROM {c}`),
+		// The aggregates a paused consumer ($7) would otherwise be given
+		// events of (an event without an aggregate counts as one); $5/$6
+		// are the (aggregate_type, event_type) pairs routed to it.
+		pausedAggregates: r.Replace(headsCTE + `,
+			rt AS (SELECT * FROM unnest($5::text[], $6::text[]) AS rt(aggregate_type, event_type)),
+			would AS (
+				SELECT e.aggregate_type, e.aggregate_id, e.id
+				FROM {t} e
+				JOIN rt ON rt.aggregate_type = e.aggregate_type AND rt.event_type = e.event_type
+				WHERE e.status = 'pending' AND e.available_at <= now()
+				  AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done')
+				  AND NOT EXISTS (SELECT 1 FROM h WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id)
+				UNION ALL
+				SELECT e.aggregate_type, e.aggregate_id, e.id
+				FROM h
+				JOIN {t} e ON e.aggregate_type = h.aggregate_type AND e.aggregate_id = h.aggregate_id
+				          AND e.id >= h.lo AND e.status = 'pending'
+				JOIN rt ON rt.aggregate_type = e.aggregate_type AND rt.event_type = e.event_type
+				WHERE e.available_at <= now()
+				  AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state <> 'done')
+				  AND NOT ({blocked_for} && ARRAY['*', $7::text])
+				UNION ALL
+				SELECT e.aggregate_type, e.aggregate_id, e.id
+				FROM {d} d
+				JOIN {t} e ON e.id = d.event_id
+				LEFT JOIN h ON h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
+				WHERE d.consumer = $7 AND d.state = 'pending' AND d.available_at <= now()
+				  AND NOT ({blocked_for} && ARRAY['*', $7::text]))
+			SELECT count(*) FROM (
+				SELECT 1 FROM would
+				GROUP BY aggregate_type, aggregate_id, CASE WHEN aggregate_id IS NULL THEN id END) x`),
 		failures: r.Replace(`
 			SELECT id, event_type, aggregate_type, aggregate_id, attempts, coalesce(last_error, ''), created_at
 			FROM {t} WHERE status = 'failed' ORDER BY id DESC LIMIT $1`),

@@ -16,7 +16,7 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 )
 
-func TestSnapshotAgreesWithTheTable(t *testing.T) {
+func TestLagSnapshotAgreesWithTheTable(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()

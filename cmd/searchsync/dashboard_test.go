@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,9 +18,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/goccy/go-yaml"
+	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/dashboard"
+	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 )
 
@@ -146,14 +152,15 @@ routes:
 		return err == nil && f > 0
 	}, "dashboard throughput stayed %q", throughput)
 
-	// The lag on the page agrees with /metrics (both read the same sampler;
-	// allow for one sampling interval between the two reads).
+	// The lag on the page (the deliverable lag) agrees with /metrics (both
+	// read the same sampler; allow for one sampling interval between the two
+	// reads).
 	lagText = text("#lag")
 	pageLag, err := strconv.ParseFloat(strings.TrimSuffix(lagText, " s"), 64)
 	if err != nil {
 		t.Fatalf("lag on the page %q: %v", lagText, err)
 	}
-	metricLag := metricValue(t, addr, "searchsync_outbox_oldest_pending_age_seconds")
+	metricLag := metricValue(t, addr, "searchsync_outbox_deliverable_lag_seconds")
 	if d := pageLag - metricLag; d < -2.5 || d > 2.5 {
 		t.Errorf("dashboard lag %.1f s, /metrics %.2f s", pageLag, metricLag)
 	}
@@ -185,6 +192,96 @@ routes:
 	}
 }
 
+// TestDashboardSeparatesLagFromStuck serves the dashboard over a sampler of
+// an outbox set up by SQL (no relay): one poison head two hours old among
+// fresh events, and a paused webhook. The headline lag is the fresh events'
+// age; the poison and the pause show in the blocked/failed/paused panel.
+func TestDashboardSeparatesLagFromStuck(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	insert := `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error, created_at, available_at)
+		VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version":1}', $2, $3, $4, now() - $5::interval, now() - $5::interval)`
+	poisoned := uuid.New()
+	exec(insert, poisoned, "failed", 1, "search: mapper_parsing_exception", "2 hours")
+	exec(insert, poisoned, "pending", 0, nil, "2 hours")
+	for range 4 {
+		exec(insert, uuid.New(), "pending", 0, nil, "3 seconds")
+	}
+	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
+		VALUES ('crm-hook', 'paused', now() - interval '5 minutes', 'dial tcp 10.1.2.3:443: connection refused', 3)`)
+	consumers := []config.Consumer{
+		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
+		{Name: "crm-hook", Type: "webhook"},
+	}
+	routes := []config.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}}}
+	smp := lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
+	snap, err := smp.Sample(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test"}))
+	t.Cleanup(srv.Close)
+
+	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.WindowSize(1280, 1100))...)
+	defer cancel()
+	bctx, cancel = chromedp.NewContext(bctx)
+	defer cancel()
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatalf("open dashboard: %v", err)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return s
+	}
+	var lagText string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		lagText = text("#lag")
+		return lagText != "–"
+	}, "the page never showed a lag")
+	pageLag, err := strconv.ParseFloat(strings.TrimSuffix(lagText, " s"), 64)
+	if err != nil {
+		t.Fatalf("lag on the page %q: %v", lagText, err)
+	}
+	if pageLag != math.Round(snap.DeliverableLag*10)/10 || pageLag < 2 || pageLag > 15 {
+		t.Errorf("Lag now %.1f s; want the fresh events' deliverable lag %.1f s, not the poison's two hours", pageLag, snap.DeliverableLag)
+	}
+	if p := text("#paused"); p != "1" {
+		t.Errorf("paused consumers tile %q", p)
+	}
+	held := text("#held tbody")
+	for _, want := range []string{"search\tfailed\t1\t1\t1\t2h0m", "crm-hook\tpaused\t4\t4", "mapper_parsing_exception", "connection refused (3 failed probes)"} {
+		if !strings.Contains(held, want) {
+			t.Errorf("blocked/failed/paused panel lacks %q:\n%s", want, held)
+		}
+	}
+	if c := text("#consumers tbody"); !strings.Contains(c, "paused 5m") || !strings.Contains(c, "– (paused)") {
+		t.Errorf("consumer table:\n%s", c)
+	}
+	if out := os.Getenv("SEARCHSYNC_STUCK_SCREENSHOT"); out != "" {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(out, png, 0o644)
+	}
+}
+
 func chromiumPath(t *testing.T) string {
 	for _, p := range []string{os.Getenv("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"} {
 		if p == "" {
@@ -198,13 +295,35 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// checkGrafanaMetrics fails when deploy/grafana/dashboards/searchsync.json
-// queries a searchsync_ metric that the relay at addr does not export.
+// checkGrafanaMetrics fails when deploy/grafana/dashboards/searchsync.json or
+// the example alerting rules deploy/prometheus-alerts.yml query a
+// searchsync_ metric that the relay at addr does not export.
 func checkGrafanaMetrics(t *testing.T, addr string) {
 	t.Helper()
 	dash, err := os.ReadFile("../../deploy/grafana/dashboards/searchsync.json")
 	if err != nil {
 		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("../../deploy/prometheus-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(rules, &rf); err != nil || len(rf.Groups) == 0 || len(rf.Groups[0].Rules) == 0 {
+		t.Fatalf("deploy/prometheus-alerts.yml: %v (%d groups)", err, len(rf.Groups))
+	}
+	var exprs []string
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("deploy/prometheus-alerts.yml: rule %+v without alert or expr", r)
+			}
+			exprs = append(exprs, r.Expr)
+		}
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -223,13 +342,16 @@ func checkGrafanaMetrics(t *testing.T, addr string) {
 			exported[line[:i]] = true
 		}
 	}
-	queried := regexp.MustCompile(`searchsync_[a-z_]+`).FindAllString(string(dash), -1)
-	if len(queried) == 0 {
-		t.Fatal("the Grafana dashboard queries no searchsync metric")
-	}
-	for _, m := range queried {
-		if !exported[m] {
-			t.Errorf("Grafana dashboard queries %s, which /metrics does not export", m)
+	metricName := regexp.MustCompile(`searchsync_[a-z_]+`)
+	for file, text := range map[string]string{"Grafana dashboard": string(dash), "alerting rules": strings.Join(exprs, "\n")} {
+		queried := metricName.FindAllString(text, -1)
+		if len(queried) == 0 {
+			t.Fatalf("the %s query no searchsync metric", file)
+		}
+		for _, m := range queried {
+			if !exported[m] {
+				t.Errorf("the %s query %s, which /metrics does not export", file, m)
+			}
 		}
 	}
 }

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/lag"
 )
 
-// StatusCmd prints lag, backlog, failures and blocked aggregates.
+// StatusCmd prints, per consumer, the deliverable lag and backlog and what
+// holds the rest back (blocked by cause, failed, paused), then the backlog per
+// aggregate_type and the blocked heads.
 type StatusCmd struct {
 	JSON bool `help:"Print JSON (the same document the dashboard reads)."`
 }
@@ -54,18 +58,51 @@ type statusDoc struct {
 }
 
 func printStatus(out io.Writer, s *lag.Snapshot) {
-	fmt.Fprintf(out, "outbox at %s: %d pending (%d ready), %d failed, %d blocked aggregates, oldest pending %.1f s, last id %d\n\n",
-		s.At.Format("15:04:05"), s.Pending, s.Ready, s.Failed, s.BlockedCount, s.OldestPendingAge, s.LastID)
+	fmt.Fprintf(out, "outbox at %s: %d pending (%d ready), %d failed, %d blocked aggregates, deliverable lag %.1f s, oldest pending %.1f s, last id %d\n\n",
+		s.At.Format("15:04:05"), s.Pending, s.Ready, s.Failed, s.BlockedCount, s.DeliverableLag, s.OldestPendingAge, s.LastID)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tTYPE\tINDEXES\tLAG (s)\tBACKLOG\tFAILED")
+	fmt.Fprintln(tw, "CONSUMER\tTYPE\tINDEXES\tSTATE\tDELIVERABLE LAG (s)\tDELIVERABLE\tBACKLOG\tFAILED\tBLOCKED failed/backing_off\tOLDEST PENDING (s)")
 	for _, c := range s.Consumers {
 		idx := "-"
 		if len(c.Indexes) > 0 {
 			idx = fmt.Sprint(c.Indexes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%d\t%d\n", c.Name, c.Type, idx, c.OldestPendingAge, c.Pending, c.Failed)
+		state, lagText := c.State, fmt.Sprintf("%.1f", c.DeliverableLag)
+		if c.Paused != nil {
+			state, lagText = fmt.Sprintf("paused %s", statusAge(c.Paused.Age)), "- (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d/%d\t%.1f\n", c.Name, c.Type, idx, state, lagText, c.Deliverable,
+			c.Pending, c.Failed, c.Blocked.Failed.Aggregates, c.Blocked.BackingOff.Aggregates, c.OldestPendingAge)
 	}
 	tw.Flush()
+
+	// Why the rest waits, per consumer and cause.
+	var held [][]string
+	for _, c := range s.Consumers {
+		for _, cause := range lag.Causes {
+			f := c.Blocked.Cause(cause)
+			if f.Aggregates == 0 && f.Events == 0 {
+				continue
+			}
+			head, why := "-", f.Why
+			if f.HeadID != 0 {
+				head = fmt.Sprint(f.HeadID)
+			}
+			if cause == lag.CausePaused && c.Paused != nil {
+				why = fmt.Sprintf("%s (%d failed probes)", why, c.Paused.Probes)
+			}
+			held = append(held, []string{c.Name, cause, fmt.Sprint(f.Aggregates), fmt.Sprint(f.Events), statusAge(f.Age), head, oneLineStatus(why)})
+		}
+	}
+	if len(held) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(tw, "HELD BACK\tCAUSE\tAGGREGATES\tEVENTS\tSINCE\tHEAD\tWHY")
+		for _, h := range held {
+			fmt.Fprintln(tw, strings.Join(h, "\t"))
+		}
+		tw.Flush()
+	}
+
 	fmt.Fprintln(out)
 	fmt.Fprintln(tw, "AGGREGATE TYPE\tPENDING\tFAILED\tOLDEST PENDING (s)")
 	for _, a := range s.AggregateTypes {
@@ -74,10 +111,31 @@ func printStatus(out io.Writer, s *lag.Snapshot) {
 	tw.Flush()
 	if len(s.Blocked) > 0 {
 		fmt.Fprintln(out)
-		fmt.Fprintln(tw, "BLOCKED AGGREGATE\tHEAD\tSTATUS\tATTEMPTS\tWAITING\tLAST ERROR")
+		fmt.Fprintln(tw, "BLOCKED AGGREGATE\tHEAD\tSTATUS\tATTEMPTS\tWAITING\tHOLDS BACK\tLAST ERROR")
 		for _, b := range s.Blocked {
-			fmt.Fprintf(tw, "%s/%s\t%d\t%s\t%d\t%d\t%s\n", b.AggregateType, b.AggregateID, b.HeadID, b.Status, b.Attempts, b.Waiting, b.LastError)
+			holds := strings.Join(b.Consumers, ",")
+			if holds == "" {
+				holds = "-"
+			}
+			fmt.Fprintf(tw, "%s/%s\t%d\t%s\t%d\t%d\t%s\t%s\n", b.AggregateType, b.AggregateID, b.HeadID, b.Status, b.Attempts, b.Waiting, holds, oneLineStatus(b.LastError))
 		}
 		tw.Flush()
 	}
+}
+
+// statusAge prints seconds as a rounded duration ("-" for none).
+func statusAge(seconds float64) string {
+	if seconds <= 0 {
+		return "-"
+	}
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
+
+// oneLineStatus keeps an error message on one table line.
+func oneLineStatus(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return "-"
+	}
+	return lag.Truncate(s, 100)
 }

@@ -83,3 +83,76 @@ func contains(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestStatusSeparatesLagFromWhatHoldsIt: one poison head and a paused
+// webhook; status shows the search consumer's deliverable lag at the fresh
+// events' age, the poison as blocked{failed} and the webhook's backlog as
+// paused, in JSON and in the table.
+func TestStatusSeparatesLagFromWhatHoldsIt(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	insert := `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error, created_at, available_at)
+		VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version":1}', $2, $3, $4, now() - $5::interval, now() - $5::interval)`
+	poisoned := uuid.New()
+	exec(insert, poisoned, "failed", 1, "search: mapper_parsing_exception: failed to parse field [age] of type [long]", "2 hours")
+	exec(insert, poisoned, "pending", 0, nil, "2 hours")
+	for range 5 {
+		exec(insert, uuid.New(), "pending", 0, nil, "4 seconds")
+	}
+	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
+		VALUES ('hook', 'paused', now() - interval '3 minutes', 'Post "https://user:pw@hooks.example.net/in": dial tcp: connection refused', 7)`)
+
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+consumers:
+  - {name: hook, type: webhook, webhook: {url: "http://127.0.0.1:1/x", secret: s}}
+  - {name: search, type: search, search: {indexes: [customers]}}
+routes:
+  - {consumer: hook, event_types: ["entity.customer.*"]}
+  - {consumer: search, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema))
+	out, stderr, code := runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status", "--json")
+	if code != 0 {
+		t.Fatalf("status exited %d: %s", code, stderr)
+	}
+	var s lag.Snapshot
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	byName := map[string]lag.ConsumerLag{}
+	for _, c := range s.Consumers {
+		byName[c.Name] = c
+	}
+	search, hook := byName["search"], byName["hook"]
+	if search.DeliverableLag < 3 || search.DeliverableLag > 15 || search.Deliverable != 5 || search.Pending != 6 {
+		t.Errorf("search: deliverable lag %.1f s, deliverable %d, backlog %d; want about 4 s, 5, 6", search.DeliverableLag, search.Deliverable, search.Pending)
+	}
+	if f := search.Blocked.Failed; f.Aggregates != 1 || f.Events != 1 || f.Age < 7100 || !strings.Contains(f.Why, "mapper_parsing_exception") {
+		t.Errorf("search blocked{failed}: %+v", f)
+	}
+	if search.OldestPendingAge < 7100 {
+		t.Errorf("search oldest pending %.1f s: the blocked event is still the oldest", search.OldestPendingAge)
+	}
+	if hook.State != "paused" || hook.Paused == nil || hook.Paused.Probes != 7 || hook.Deliverable != 0 || hook.Blocked.Paused.Events != 5 || hook.Blocked.Paused.Aggregates != 5 {
+		t.Errorf("hook: %+v paused %+v", hook, hook.Paused)
+	}
+	if strings.Contains(out, "pw@") {
+		t.Errorf("status --json shows the credentials of the pause reason:\n%s", out)
+	}
+	if s.DeliverableLag != search.DeliverableLag {
+		t.Errorf("snapshot deliverable lag %.1f, search %.1f", s.DeliverableLag, search.DeliverableLag)
+	}
+
+	out, _, code = runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status")
+	if code != 0 || !contains(out, "deliverable lag", "HELD BACK", "paused 3m", "mapper_parsing_exception", "connection refused (7 failed probes)") {
+		t.Errorf("status table:\n%s", out)
+	}
+	t.Logf("status:\n%s", out)
+}
