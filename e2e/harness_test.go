@@ -338,6 +338,20 @@ func (w *world) streamIDs() map[int64]int {
 	return out
 }
 
+// natstestRead reads the bodies of every message in the stream, in stream
+// order.
+func natstestRead(w *world) ([][]byte, error) {
+	msgs, err := natstest.ReadStream(context.Background(), w.nats.URL, w.stream)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Data
+	}
+	return out, nil
+}
+
 // behind names the consumers that do not hold everything committed before t.
 func (w *world) behind(t time.Time) []string {
 	ids, versions := w.committed(t)

@@ -27,6 +27,14 @@
 // instance that lost a partition (paused, cut off) can never record an outcome
 // for it; its events are delivered again by the new owner (at-least-once).
 //
+// Deliveries are fenced as well (fence.go): every batch's context carries a
+// sink.Lease. Until the local deadline (start of the last successful renewal
+// + LeaseTTL - LeaseTTL/5, monotonic clock) and while every partition of the
+// batch is still held with its claimed epoch, Check is nil; consumers call it
+// before every request, and the relay cancels the context (cause
+// sink.ErrLeaseExpired) when the deadline passes, cutting requests in flight.
+// Token gives the (partition, epoch) fencing token receivers get as headers.
+//
 // # Claiming
 //
 // A claim is one statement, without row locks (the lease makes the partition
@@ -61,18 +69,37 @@
 // claim, after the acks, is a full one), and after one that found little the
 // relay claims after the acks for a few batches.
 //
-// # Outcomes
+// # Outcomes, per consumer
 //
 // Each event goes to every consumer with a route that matches it (consumers run
-// concurrently); an event no route wants is skipped. Per aggregate the relay
-// walks the batch in id order: an event is dispatched when every routed
-// consumer said OK or Stale; a Retry adds one attempt, records
-// "<consumer>: <reason>" in last_error and moves available_at by exponential
-// backoff with jitter and a cap; Poison, or the last allowed attempt, makes it
-// failed; a consumer that panics counts as a Retry. The aggregate's later
-// events in the batch stay untouched. All outcomes of a batch are written by
-// one UPDATE … FROM unnest(…), which applies only to rows still pending with
-// the attempts they were claimed with.
+// concurrently); an event no route wants is skipped. Consumers are
+// independent (docs/consumers.md): the claim returns, with each event, its
+// delivery rows (aa_outbox_delivery, only for events whose consumers
+// diverged) and the consumers an earlier event of its aggregate blocks, and
+// the relay hands the event only to the consumers that may have it now. Per
+// consumer: OK or Stale is done; a Retry adds one attempt, records
+// "<consumer>: <reason>" and moves the next try by exponential backoff with
+// jitter and a cap; Poison, or the last allowed attempt, parks it (failed); a
+// consumer that panics counts as a Retry. While every routed consumer ends in
+// the same state the outbox row alone records it, as with one consumer;
+// otherwise each gets a delivery row and the outbox row summarises them
+// (dispatched when all have it, failed when one parked it and none still owes
+// it, pending otherwise). All outcomes of a batch are written by one statement
+// (an UPDATE … FROM unnest(…) with the delivery rows in data-modifying CTEs),
+// which applies only to rows still pending with the attempts they were
+// claimed with.
+//
+// # Outages pause a consumer
+//
+// An Unavailable answer from a consumer that delivered nothing else in its
+// batch pauses that consumer (consumers.go): the state lives in
+// aa_outbox_consumer, so every relay stops giving it events (each reads the
+// table every second); the events' attempts do not move. Probes follow
+// Config.Pause: Probe for a sink.Prober, the next batch for the others. The
+// first success resumes it everywhere and NOTIFYs the relays. A batch is
+// never handed to a consumer that was held when it was claimed: the claim
+// left out the events only that consumer still owed, so a later event of an
+// aggregate may be in the batch without its predecessor.
 //
 // # Waking up
 //
