@@ -116,24 +116,11 @@ func TestWriterSplitsByBytes(t *testing.T) {
 	}
 }
 
-// setBlock sets or clears index.blocks.read_only_allow_delete through the
-// engine's REST API (test setup, not part of the adapter).
+// setBlock sets or clears index.blocks.read_only_allow_delete on the real
+// node (test setup, not part of the adapter).
 func setBlock(t *testing.T, index string, on bool) {
 	t.Helper()
-	body := fmt.Sprintf(`{"index.blocks.read_only_allow_delete": %v}`, on)
-	if !on {
-		body = `{"index.blocks.read_only_allow_delete": null}`
-	}
-	req, _ := http.NewRequest(http.MethodPut, testenv.EngineURL(t)+"/"+index+"/_settings", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("set block on %s: %s", index, resp.Status)
-	}
+	enginetest.SetWriteBlock(t, testenv.EngineURL(t), index, on)
 }
 
 // A real block from the real node: OpenSearch answers items for an index

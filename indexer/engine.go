@@ -112,7 +112,7 @@ type IndexInfo struct {
 type Block struct {
 	Index       string // empty for a cluster-wide block
 	ID          string // the engine's block id, e.g. "8"
-	Description string // e.g. "index read-only / allow delete (api)"
+	Description string // e.g. "disk usage exceeded flood-stage watermark, index has read-only-allow-delete block"
 }
 
 func (b Block) String() string {

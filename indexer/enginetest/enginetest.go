@@ -141,15 +141,25 @@ func (s *suite) testWriteBlocks(t *testing.T) {
 	}
 }
 
-// setBlock sets or clears index.blocks.read_only_allow_delete through the
-// engine's REST API (test setup: the Engine seam has no settings call).
+// setBlock sets or clears the block on index of the suite's engine.
 func (s *suite) setBlock(t *testing.T, index string, on bool) {
+	t.Helper()
+	SetWriteBlock(t, s.url, index, on)
+}
+
+// SetWriteBlock sets or clears index.blocks.read_only_allow_delete (what the
+// disk flood-stage watermark sets) on index of the engine at url, through
+// the engine's REST API: test setup for outage tests, the Engine seam has no
+// settings call.
+func SetWriteBlock(t testing.TB, url, index string, on bool) {
 	t.Helper()
 	body := `{"index.blocks.read_only_allow_delete": true}`
 	if !on {
 		body = `{"index.blocks.read_only_allow_delete": null}`
 	}
-	req, _ := http.NewRequestWithContext(ctx(t), http.MethodPut, s.url+"/"+index+"/_settings", strings.NewReader(body))
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(c, http.MethodPut, url+"/"+index+"/_settings", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -206,9 +206,8 @@ func (c *Consumer) recreateHint() string {
 //
 // After the first Unavailable outcome the events not yet published are not
 // published: they are NotAttempted, the failure as the reason. Before every
-// publish the relay's
-// lease is checked (sink.CheckLease); once its deadline has passed nothing
-// more is published and the events are NotAttempted.
+// publish the relay's lease is checked (sink.CheckLease); once its deadline
+// has passed nothing more is published and the events are NotAttempted.
 func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
 	out := make([]sink.Outcome, len(events))
 	if len(events) == 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/indexer/enginetest"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
@@ -142,6 +143,37 @@ func TestIndexDeletedWhileRunning(t *testing.T) {
 		t.Fatalf("probe after the index was recreated: %v", err)
 	}
 	b.deliver(b.produce(customer.Updated(ch(a, 3, map[string]any{"status": "active"}))), ok)
+}
+
+// A write block on the index (the disk flood-stage watermark's): the
+// events are Unavailable naming the block, Probe fails while it stays and
+// succeeds once it is lifted.
+func TestWriteBlockIsUnavailable(t *testing.T) {
+	b := setup(t)
+	targets, err := b.eng.AliasTargets(b.ctx, b.alias)
+	if err != nil || len(targets) != 1 {
+		t.Fatalf("alias %s: %v, %v", b.alias, targets, err)
+	}
+	physical := targets[0]
+	enginetest.SetWriteBlock(t, testenv.EngineURL(t), physical, true)
+	t.Cleanup(func() { enginetest.SetWriteBlock(t, testenv.EngineURL(t), physical, false) })
+	evs := b.produce(customer.Created(ch(uuid.New(), 1, map[string]any{"status": "draft"})))
+	start := time.Now()
+	out := b.cons.Deliver(b.ctx, evs)
+	checkUnavailable(t, evs, out, "cluster block on "+b.alias, "cluster_block_exception")
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Deliver took %s; a block must reach the relay at once", d)
+	}
+	err = b.cons.Probe(b.ctx)
+	if err == nil || !strings.Contains(err.Error(), "refuses writes: index "+physical) {
+		t.Fatalf("probe with the block: %v", err)
+	}
+	t.Logf("unavailable: %s; probe: %v", out[0].Reason, err)
+	enginetest.SetWriteBlock(t, testenv.EngineURL(t), physical, false)
+	if err := b.cons.Probe(b.ctx); err != nil {
+		t.Fatalf("probe after the block was lifted: %v", err)
+	}
+	b.deliver(evs, ok)
 }
 
 // hungEngine is a TEST-ONLY server that takes connections and never answers

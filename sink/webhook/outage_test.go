@@ -241,3 +241,21 @@ func TestLeaseCancelsInFlight(t *testing.T) {
 		t.Fatalf("cancelled at the lease deadline: %v, %v; want not attempted", out[0], out[1])
 	}
 }
+
+// A TLS handshake that fails (here: a certificate from an unknown
+// authority) is the endpoint's failure, not the events': Unavailable, and
+// the rest of the batch is not sent.
+func TestTLSHandshakeFailureIsUnavailable(t *testing.T) {
+	t.Parallel()
+	var reached atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	t.Cleanup(srv.Close)
+	c := newConsumer(t, srv.URL, func(w *config.Webhook) { w.Concurrency = 1 })
+	evs := events(3, 1)
+	out := c.Deliver(t.Context(), evs)
+	checkOutage(t, evs, out, "certificate", 1)
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("%d requests reached the handler through a failed handshake", n)
+	}
+	t.Logf("unavailable: %s", out[0].Reason)
+}
