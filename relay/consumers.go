@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -21,6 +22,9 @@ type consumers struct {
 
 	mu    sync.Mutex
 	state []pauseState // by consumer index
+	// noProbe: the consumer's Probe said sink.ErrNoProbe (a wrapper of a
+	// consumer without one): its next batch is the probe.
+	noProbe []bool
 }
 
 // pauseState is one consumer's pause as this relay knows it.
@@ -50,6 +54,7 @@ func newConsumers(r *Relay) *consumers {
 		c.ofRoute[ri] = ci
 	}
 	c.state = make([]pauseState, len(c.list))
+	c.noProbe = make([]bool, len(c.list))
 	return c
 }
 
@@ -80,8 +85,9 @@ func (c *consumers) heldNow() ([]bool, []string) {
 }
 
 // pause records that consumer ci cannot deliver (reason) and schedules its
-// next probe; every relay stops giving it events within a second.
-func (c *consumers) pause(ctx context.Context, ci int, reason string) {
+// next probe, not before retryAfter (what the remote end asked for); every
+// relay stops giving it events within a second.
+func (c *consumers) pause(ctx context.Context, ci int, reason string, retryAfter time.Duration) {
 	cfg := &c.r.cfg
 	c.mu.Lock()
 	s := &c.state[ci]
@@ -89,7 +95,7 @@ func (c *consumers) pause(ctx context.Context, ci int, reason string) {
 	s.paused, s.probing, s.reason = true, false, reason
 	if first {
 		s.since = time.Now()
-		s.probeAt = time.Now().Add(cfg.Pause.ProbeInitial)
+		s.probeAt = time.Now().Add(max(cfg.Pause.ProbeInitial, retryAfter))
 	}
 	c.mu.Unlock()
 	if first {
@@ -101,7 +107,7 @@ func (c *consumers) pause(ctx context.Context, ci int, reason string) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := c.r.pool.Exec(pctx, c.r.q.pause, c.name(ci), reason, cfg.Pause.ProbeInitial.Milliseconds(),
-		cfg.Pause.ProbeMax.Milliseconds(), cfg.InstanceID); err != nil {
+		cfg.Pause.ProbeMax.Milliseconds(), cfg.InstanceID, retryAfter.Milliseconds()); err != nil {
 		cfg.Logger.Warn("relay: record consumer pause", "consumer", c.name(ci), "error", err)
 	}
 	c.refresh(pctx)
@@ -200,6 +206,7 @@ func (c *consumers) run(ctx context.Context) {
 			s := &c.state[ci]
 			due := s.paused && !s.probing && !s.probeRunning && !now.Before(s.probeAt)
 			prober, isProber := c.list[ci].(sink.Prober)
+			isProber = isProber && !c.noProbe[ci]
 			if due {
 				if isProber {
 					s.probeRunning = true
@@ -237,8 +244,15 @@ func (c *consumers) probe(ctx context.Context, ci int, p sink.Prober) {
 	if ctx.Err() != nil {
 		return
 	}
+	if errors.Is(err, sink.ErrNoProbe) {
+		c.mu.Lock()
+		c.noProbe[ci], c.state[ci].probing = true, true
+		c.mu.Unlock()
+		c.r.Wake()
+		return
+	}
 	if err != nil {
-		c.pause(ctx, ci, "probe: "+err.Error())
+		c.pause(ctx, ci, "probe: "+err.Error(), 0)
 		return
 	}
 	c.resume(ctx, ci, "probe succeeded")

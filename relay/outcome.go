@@ -72,8 +72,10 @@ type consumerAnswer struct {
 	out       []sink.Outcome // by position in its event list
 	delivered bool           // at least one OK or Stale
 	// unavailable: the first Unavailable reason, when the consumer
-	// delivered nothing (it is then paused).
+	// delivered nothing (it is then paused); retryAfter the longest
+	// Retry-After of those answers.
 	unavailable string
+	retryAfter  time.Duration
 }
 
 // deliver routes the batch, runs the consumers concurrently, records pauses
@@ -146,7 +148,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 			a := &answers[ci]
 			switch {
 			case a.unavailable != "":
-				cs.pause(ctx, ci, a.unavailable)
+				cs.pause(ctx, ci, a.unavailable, a.retryAfter)
 				held[ci] = true
 			case a.delivered && cs.paused(ci):
 				cs.resume(ctx, ci, "a delivery succeeded")
@@ -189,8 +191,11 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 		if o.Kind.Delivered() {
 			a.delivered = true
 		}
-		if o.Kind == sink.Unavailable && first == "" {
-			first = o.Reason
+		if o.Kind == sink.Unavailable {
+			if first == "" {
+				first = o.Reason
+			}
+			a.retryAfter = max(a.retryAfter, o.RetryAfter)
 		}
 	}
 	if !a.delivered {

@@ -194,14 +194,15 @@ SELECT count(*) FROM upd`
 const (
 	// pauseSQL marks a consumer paused (keeping the first paused_at) and
 	// schedules its next probe: $3 ms after the first pause, twice as late
-	// after every failed probe, at most $4 ms.
+	// after every failed probe, at most $4 ms, and never before the $6 ms the
+	// consumer's remote end asked for (a Retry-After).
 	pauseSQL = `INSERT INTO {s}.aa_outbox_consumer AS c (consumer, state, paused_at, reason, probes, probe_at, instance, updated_at)
-VALUES ($1, 'paused', now(), $2, 0, now() + $3::bigint * interval '1 millisecond', $5, now())
+VALUES ($1, 'paused', now(), $2, 0, now() + greatest($3::bigint, $6::bigint) * interval '1 millisecond', $5, now())
 ON CONFLICT (consumer) DO UPDATE SET
 	paused_at = CASE WHEN c.state = 'paused' THEN c.paused_at ELSE now() END,
 	probes = CASE WHEN c.state = 'paused' THEN c.probes + 1 ELSE 0 END,
-	probe_at = now() + least($4::float8, $3::float8 * power(2::float8,
-		least(CASE WHEN c.state = 'paused' THEN c.probes + 1 ELSE 0 END, 30)))::bigint * interval '1 millisecond',
+	probe_at = now() + greatest($6::float8, least($4::float8, $3::float8 * power(2::float8,
+		least(CASE WHEN c.state = 'paused' THEN c.probes + 1 ELSE 0 END, 30))))::bigint * interval '1 millisecond',
 	state = 'paused', reason = $2, instance = $5, updated_at = now()`
 
 	// resumeSQL sets a paused consumer running and wakes every relay.

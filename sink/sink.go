@@ -10,6 +10,7 @@ package sink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,9 +76,10 @@ func (k Kind) Delivered() bool { return k == OK || k == Stale }
 type Outcome struct {
 	Kind   Kind
 	Reason string
-	// RetryAfter, for Retry, is how long the remote end asked to be left
-	// alone (an HTTP Retry-After); the relay waits at least this long, and
-	// longer when its own backoff says so. Zero: the relay's backoff alone.
+	// RetryAfter, for Retry and Unavailable, is how long the remote end asked
+	// to be left alone (an HTTP Retry-After); the relay waits at least this
+	// long before the next try or probe, and longer when its own backoff
+	// says so. Zero: the relay's backoff alone.
 	RetryAfter time.Duration
 }
 
@@ -118,9 +120,16 @@ type Consumer interface {
 // While a consumer is paused the relay calls Probe with capped backoff; nil
 // resumes it. A consumer without Probe is probed by delivering its next
 // batch.
+//
+// A wrapper (metrics, tracing) that always has the method returns
+// ErrNoProbe when the consumer it wraps has none.
 type Prober interface {
 	Probe(ctx context.Context) error
 }
+
+// ErrNoProbe is what a wrapper's Probe returns when the wrapped consumer has
+// no probe of its own.
+var ErrNoProbe = errors.New("sink: the consumer has no probe")
 
 // Closer is implemented by consumers that hold connections.
 type Closer interface {

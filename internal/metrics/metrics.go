@@ -145,6 +145,16 @@ func (i *instrumented) Deliver(ctx context.Context, events []*outbox.Event) []si
 	return out
 }
 
+// Probe forwards to the wrapped consumer's probe (sink.Prober); a consumer
+// without one is probed by its next batch, which the relay knows from
+// ErrNoProbe.
+func (i *instrumented) Probe(ctx context.Context) error {
+	if p, ok := i.Consumer.(sink.Prober); ok {
+		return p.Probe(ctx)
+	}
+	return sink.ErrNoProbe
+}
+
 // Close closes the wrapped consumer when it holds connections.
 func (i *instrumented) Close() error {
 	if c, ok := i.Consumer.(sink.Closer); ok {
