@@ -139,6 +139,7 @@ type world struct {
 	nats     *natstest.Server
 	stream   string
 	cfg      string
+	listen   string // the HTTP listener of the (first) relay: /metrics
 }
 
 // newWorld prepares the services and writes a configuration that routes
@@ -164,6 +165,7 @@ func newWorld(t *testing.T, relay string) *world {
 	w.nats = natstest.Start(t)
 	w.stream = strings.ToUpper(w.alias)
 
+	listen := testenv.FreeAddr(t)
 	dir := t.TempDir()
 	os.Mkdir(filepath.Join(dir, "defs"), 0o755)
 	def, err := os.ReadFile("../mapping/defs/customers.json")
@@ -193,7 +195,8 @@ routes:
   - {consumer: search, event_types: ["entity.customer.*"]}
   - {consumer: hook, event_types: ["entity.customer.*"]}
   - {consumer: queue, event_types: ["entity.customer.*"]}
-`, w.db.URL, w.db.Schema, relay, w.engine.Addr, testenv.FreeAddr(t), w.alias, w.hookNet.Addr, secret, w.nats.URL, w.stream)
+`, w.db.URL, w.db.Schema, relay, w.engine.Addr, listen, w.alias, w.hookNet.Addr, secret, w.nats.URL, w.stream)
+	w.listen = listen
 	w.cfg = filepath.Join(dir, "searchsync.yaml")
 	if err := os.WriteFile(w.cfg, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -350,6 +353,33 @@ func natstestRead(w *world) ([][]byte, error) {
 		out[i] = m.Data
 	}
 	return out, nil
+}
+
+// metric reads one sample of the relay's /metrics: the value of the first
+// line that starts with name and contains every label (k="v").
+func (w *world) metric(name string, labels ...string) (float64, bool) {
+	resp, err := http.Get("http://" + w.listen + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		return v, err == nil
+	}
+	return 0, false
 }
 
 // behind names the consumers that do not hold everything committed before t.

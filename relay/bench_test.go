@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -16,13 +17,21 @@ import (
 	"github.com/searchsync/searchsync/sink"
 )
 
-type noop struct{}
+// noop delivers everything at once; with down set it is a consumer whose
+// destination is away (every event Unavailable).
+type noop struct {
+	name string
+	down bool
+}
 
-func (noop) Name() string { return "noop" }
-func (noop) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
+func (n noop) Name() string { return cmp.Or(n.name, "noop") }
+func (n noop) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
 	out := make([]sink.Outcome, len(events))
 	for i := range out {
 		out[i] = sink.Ok()
+		if n.down {
+			out[i] = sink.Unavailablef("down")
+		}
 	}
 	return out
 }
@@ -100,7 +109,7 @@ ORDER BY available_at, id LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
 // the claim the batch leaves running (pipelining) are waited for within the
 // step, so that they do not run during the bare loop's turn.
 func relayBatch(b *testing.B, r *Relay) int {
-	before := r.Stats().Dispatched
+	before := r.handled()
 	if _, err := r.batch(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -110,7 +119,14 @@ func relayBatch(b *testing.B, r *Relay) int {
 	if r.next != nil {
 		<-r.next.done
 	}
-	return int(r.Stats().Dispatched - before)
+	return int(r.handled() - before)
+}
+
+// handled counts the events whose outcome was written: dispatched, or
+// delivered to some consumers while another is paused (split).
+func (r *Relay) handled() uint64 {
+	st := r.Stats()
+	return st.Dispatched + st.Split
 }
 
 // BenchmarkClaimAck compares the relay's claim + ack throughput (no-op
@@ -125,14 +141,31 @@ func relayBatch(b *testing.B, r *Relay) int {
 // the default batch size (500) and for 1000.
 func BenchmarkClaimAck(b *testing.B) {
 	for _, batch := range []int{500, 1000} {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchClaimAck(b, batch) })
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchClaimAck(b, batch, []Route{{Consumer: noop{}}}) })
 	}
 }
 
-func benchClaimAck(b *testing.B, batch int) {
+// BenchmarkClaimAckConsumers is the same comparison with several consumers
+// on every event: two that both succeed (the outbox row alone records it:
+// no extra write), three that all succeed, and two of which one is down
+// (paused: every event gets a delivery row per consumer, the cost of an
+// outage). Run it with
+//
+//	go test ./relay -run '^$' -bench ClaimAckConsumers -benchtime 3x
+func BenchmarkClaimAckConsumers(b *testing.B) {
+	for name, routes := range map[string][]Route{
+		"two":          {{Consumer: noop{name: "a"}}, {Consumer: noop{name: "b"}}},
+		"three":        {{Consumer: noop{name: "a"}}, {Consumer: noop{name: "b"}}, {Consumer: noop{name: "c"}}},
+		"two_one_down": {{Consumer: noop{name: "a"}}, {Consumer: noop{name: "b", down: true}}},
+	} {
+		b.Run(name, func(b *testing.B) { benchClaimAck(b, 500, routes) })
+	}
+}
+
+func benchClaimAck(b *testing.B, batch int, routes []Route) {
 	bareDB, relayDB := testenv.NewDB(b), testenv.NewDB(b)
 	r, err := New(relayDB.Pool, Config{Schema: relayDB.Schema, BatchSize: batch, LeaseTTL: time.Minute,
-		Routes: []Route{{Consumer: noop{}}}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Routes: routes, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,6 +186,9 @@ func benchClaimAck(b *testing.B, batch int) {
 		b.StopTimer()
 		fillOutbox(b, bareDB.Pool)
 		fillOutbox(b, relayDB.Pool)
+		for ci := range r.cons.list {
+			r.cons.state[ci] = pauseState{}
+		}
 		b.StartTimer()
 		bareDone, relDone := false, false
 		for step := 0; !bareDone || !relDone; step++ {

@@ -314,6 +314,14 @@ func (r *Relay) consumerResult(ce *claimed, ci int, answers map[int]sink.Outcome
 			res.held = true
 			return res
 		}
+		if o.Kind == sink.Unavailable && !o.Suspect {
+			// About the consumer, although others got through (the outage
+			// began mid-batch, one index of several is blocked): no
+			// attempt; tried again after the first probe's delay.
+			res.lastError, res.changed = o.Reason, true
+			res.delay = max(r.cfg.Pause.ProbeInitial, o.RetryAfter)
+			return res
+		}
 		res.attempts, res.lastError, res.changed = p.attempts+1, o.Reason, true
 		if res.attempts >= r.cfg.MaxAttempts {
 			res.state = rowFailed

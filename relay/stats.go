@@ -36,6 +36,8 @@ type Stats struct {
 	// by one per poll interval or NOTIFY, never faster.
 	Claims                                                                           uint64
 	Batches, Claimed, Dispatched, Stale, Retried, Failed, Skipped, Untouched, Fenced uint64
+	// Split counts events whose consumers went different ways.
+	Split uint64
 	// Partitions is the number of partitions owned now.
 	Partitions int
 	// ClaimTime, DeliverTime, AckTime add up the time spent in each step.
@@ -43,7 +45,7 @@ type Stats struct {
 }
 
 type counters struct {
-	claims                                                                           atomic.Uint64
+	claims, split                                                                    atomic.Uint64
 	batches, claimed, dispatched, stale, retried, failed, skipped, untouched, fenced atomic.Uint64
 	claimNs, deliverNs, ackNs                                                        atomic.Int64
 }
@@ -58,6 +60,7 @@ func (c *counters) add(b BatchStats) {
 	c.skipped.Add(uint64(b.Skipped))
 	c.untouched.Add(uint64(b.Untouched))
 	c.fenced.Add(uint64(b.Fenced))
+	c.split.Add(uint64(b.Split))
 	c.claimNs.Add(int64(b.Claim))
 	c.deliverNs.Add(int64(b.Deliver))
 	c.ackNs.Add(int64(b.Ack))
@@ -70,6 +73,7 @@ func (r *Relay) Stats() Stats {
 		Claims: c.claims.Load(), Batches: c.batches.Load(), Claimed: c.claimed.Load(), Dispatched: c.dispatched.Load(),
 		Stale: c.stale.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Skipped: c.skipped.Load(), Untouched: c.untouched.Load(), Fenced: c.fenced.Load(),
+		Split:      c.split.Load(),
 		Partitions: r.leases.count(),
 		ClaimTime:  time.Duration(c.claimNs.Load()), DeliverTime: time.Duration(c.deliverNs.Load()),
 		AckTime: time.Duration(c.ackNs.Load()),

@@ -44,9 +44,10 @@ const (
 	// answered 429/5xx, a cluster block, a missing index or alias, NATS
 	// without JetStream). It is not the event's fault: when the consumer
 	// delivered nothing else in the batch the relay pauses the consumer and
-	// probes it, and the event's attempts do not move. When the consumer did
-	// deliver other events of the batch, the failure is the event's own and
-	// counts as a Retry.
+	// probes it; the event's attempts do not move. When the consumer did
+	// deliver other events of the batch (the outage began mid-batch, one
+	// index of several is blocked) the event is tried again shortly, still
+	// without an attempt — unless the outcome is Suspect.
 	Unavailable
 )
 
@@ -81,6 +82,12 @@ type Outcome struct {
 	// long before the next try or probe, and longer when its own backoff
 	// says so. Zero: the relay's backoff alone.
 	RetryAfter time.Duration
+	// Suspect, for Unavailable, says the answer may be about this event
+	// rather than the whole consumer (an endpoint's HTTP 500 to one request):
+	// when the consumer delivered other events of the batch, the relay
+	// counts it as the event's Retry, so that an event that alone keeps
+	// failing ends failed after max_attempts.
+	Suspect bool
 }
 
 // Ok, Retryf and Poisonf build outcomes.

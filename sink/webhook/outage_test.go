@@ -105,12 +105,17 @@ func TestOverloadedEndpointIsUnavailable(t *testing.T) {
 		if n := len(rc.requests()); n != 1 {
 			t.Fatalf("status %d: receiver saw %d requests in one Deliver call, want 1", status, n)
 		}
+		for _, o := range out {
+			if o.Suspect {
+				t.Errorf("status %d: outcome marked Suspect; the endpoint as a whole is down", status)
+			}
+		}
 	}
 }
 
-// A 500 for one event while the others get 200: that one is Unavailable
-// (the relay counts it as that event's retry, since the consumer delivered
-// others), the others are delivered: a 500 does not stop the batch.
+// A 500 for one event while the others get 200: that one is Unavailable and
+// Suspect (the relay counts it as that event's retry, since the consumer
+// delivered others), the others are delivered: a 500 does not stop the batch.
 func TestOne500AmongSuccesses(t *testing.T) {
 	t.Parallel()
 	evs := events(6, 1)
@@ -135,6 +140,9 @@ func TestOne500AmongSuccesses(t *testing.T) {
 	}
 	if !strings.Contains(out[0].Reason, "500") || !strings.Contains(out[0].Reason, "cannot handle this one") {
 		t.Fatalf("reason %q", out[0].Reason)
+	}
+	if !out[0].Suspect {
+		t.Error("a 500 to one request is not marked Suspect (it may be the event's own doing)")
 	}
 	if n := len(rc.requests()); n != len(evs) {
 		t.Fatalf("receiver saw %d requests, want %d", n, len(evs))

@@ -32,8 +32,8 @@
 // never sent must not lose an attempt. When nothing was delivered, the
 // batch's Unavailable outcome pauses the consumer either way. A 500 (or
 // another 5xx) is the endpoint's answer to one request and may be the
-// event's own doing: the batch goes on, and when other events were
-// delivered the relay counts it as that event's retry.
+// event's own doing: the batch goes on, and the outcome is Suspect: when
+// other events were delivered the relay counts it as that event's retry.
 //
 // # Fencing
 //
@@ -379,7 +379,10 @@ func classify(resp *http.Response, snippet string) (sink.Outcome, bool) {
 		}
 		down := code == http.StatusRequestTimeout || code == http.StatusTooManyRequests ||
 			code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
-		return sink.Outcome{Kind: sink.Unavailable, Reason: reason, RetryAfter: after}, down
+		// A 500 (not 502/503/504) to one request may be the event's own
+		// doing; 401/403 are about the endpoint's configuration.
+		suspect := !down && code >= 500
+		return sink.Outcome{Kind: sink.Unavailable, Reason: reason, RetryAfter: after, Suspect: suspect}, down
 	case code >= 300 && code < 400:
 		return sink.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location")), false
 	default:

@@ -1,0 +1,75 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// TestOnePoisonEventIsStuckNotBehind: one event the search consumer can
+// never index (a payload without a version) among steady traffic. Its
+// aggregate is blocked for search only; the deliverable lag of every
+// consumer stays at its normal value (under 2 s) while the blocked figures
+// show the poison; the webhook and the stream receive the event.
+func TestOnePoisonEventIsStuckNotBehind(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, shortForm)
+	w.run("searchsync")
+	stop := w.produce(100)
+	defer stop()
+	testenv.Eventually(t, 60*time.Second, func() bool { return len(w.behind(time.Now().Add(-2*time.Second))) == 0 },
+		"every consumer follows")
+
+	agg := uuid.New()
+	var poison int64
+	err := pgx.BeginFunc(context.Background(), w.db.Pool, func(tx pgx.Tx) error {
+		ids, err := outbox.NewWriter(outbox.WriterConfig{Schema: w.db.Schema}).Write(context.Background(), tx, outbox.Event{
+			EventType: "entity.customer.updated", AggregateType: "DDM_ENTITY", AggregateID: &agg,
+			Payload: json.RawMessage(`{"tenant_key": "public", "entity_type": "customer", "after": {"status": "active"}}`)})
+		if err == nil {
+			poison = ids[0]
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		v, ok := w.metric("searchsync_consumer_blocked_aggregates", `consumer="search"`, `cause="failed"`)
+		return ok && v == 1
+	}, "the blocked figure shows the poison event")
+	began := time.Now()
+	worst := 0.0
+	for time.Since(began) < 15*time.Second {
+		for _, c := range []string{"search", "hook", "queue"} {
+			v, ok := w.metric("searchsync_consumer_deliverable_lag_seconds", `consumer="`+c+`"`)
+			if !ok {
+				t.Fatalf("no deliverable lag for %s", c)
+			}
+			worst = max(worst, v)
+			if v >= 2 {
+				t.Errorf("deliverable lag of %s is %.2fs with one poison event", c, v)
+			}
+		}
+		if v, _ := w.metric("searchsync_consumer_blocked_aggregates", `consumer="hook"`, `cause="failed"`); v != 0 {
+			t.Errorf("the webhook shows %v blocked aggregates; the poison is the search consumer's", v)
+		}
+		time.Sleep(time.Second) // sampling the figures while traffic goes on
+	}
+	if !w.hook.has([]int64{poison}) {
+		t.Error("the webhook did not receive the event the search consumer rejected")
+	}
+	var st string
+	w.db.Pool.QueryRow(context.Background(), `SELECT state FROM aa_outbox_delivery WHERE event_id = $1 AND consumer = 'search'`, poison).Scan(&st)
+	if st != "failed" {
+		t.Errorf("search's delivery row of the poison event: %q, want failed", st)
+	}
+	t.Logf("worst deliverable lag %.2fs over 15 s with one poison event", worst)
+}
