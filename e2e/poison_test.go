@@ -63,6 +63,10 @@ func TestOnePoisonEventIsStuckNotBehind(t *testing.T) {
 		}
 		time.Sleep(time.Second) // sampling the figures while traffic goes on
 	}
+	// The poison is visible where it belongs: blocked for 15 s and more.
+	if v, ok := w.metric("searchsync_consumer_blocked_since_seconds", `consumer="search"`, `cause="failed"`); !ok || v < 10 {
+		t.Errorf("blocked since %.1fs (%v), want the poison's age (over 10 s)", v, ok)
+	}
 	if !w.hook.has([]int64{poison}) {
 		t.Error("the webhook did not receive the event the search consumer rejected")
 	}
