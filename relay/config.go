@@ -42,7 +42,7 @@ type Config struct {
 	// multiplier 2, jitter 0.2.
 	Backoff config.Backoff
 	// Pause is how a paused consumer is probed (see docs/consumers.md).
-	// Defaults: first probe after 1s, doubling, at most 30s apart.
+	// Defaults: first probe after 1s, doubling, at most 3s apart.
 	Pause config.Pause
 	// ShutdownGrace bounds how long a stop waits for the batch in flight
 	// before it abandons it (its events are delivered again later). Default 10s.
@@ -108,7 +108,7 @@ func (c *Config) setDefaults() {
 	c.Backoff.Multiplier = cmp.Or(c.Backoff.Multiplier, 2)
 	c.Backoff.Jitter = cmp.Or(c.Backoff.Jitter, 0.2)
 	c.Pause.ProbeInitial = cmp.Or(c.Pause.ProbeInitial, time.Second)
-	c.Pause.ProbeMax = cmp.Or(c.Pause.ProbeMax, 30*time.Second)
+	c.Pause.ProbeMax = cmp.Or(c.Pause.ProbeMax, 3*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()

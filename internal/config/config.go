@@ -91,7 +91,10 @@ type Pause struct {
 	// ProbeInitial is the delay before the first probe. Default 1s.
 	ProbeInitial time.Duration `yaml:"probe_initial"`
 	// ProbeMax caps the delay between probes, so a consumer resumes at most
-	// this long after it came back. Default 30s.
+	// this long after it came back, however long it was away. Default 3s:
+	// a probe is one cheap request (a cluster health, a JetStream account
+	// info, one webhook batch), and the backlog should move within seconds
+	// of the return.
 	ProbeMax time.Duration `yaml:"probe_max"`
 }
 
@@ -325,7 +328,7 @@ func (c *Config) setDefaults() {
 	r.Backoff.Multiplier = cmp.Or(r.Backoff.Multiplier, 2)
 	r.Backoff.Jitter = cmp.Or(r.Backoff.Jitter, 0.2)
 	r.Pause.ProbeInitial = cmp.Or(r.Pause.ProbeInitial, time.Second)
-	r.Pause.ProbeMax = cmp.Or(r.Pause.ProbeMax, 30*time.Second)
+	r.Pause.ProbeMax = cmp.Or(r.Pause.ProbeMax, 3*time.Second)
 	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
