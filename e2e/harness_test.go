@@ -15,10 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/internal/loadgen"
@@ -140,6 +143,14 @@ type world struct {
 	stream   string
 	cfg      string
 	listen   string // the HTTP listener of the (first) relay: /metrics
+
+	mu         sync.Mutex
+	rows       []outboxRow // what committed read of the outbox so far
+	streamCons jetstream.Consumer
+	streamSeen map[int64]int
+	// natsDown: the test stopped the NATS server (the stream's reader
+	// would wait for it); the queue then counts as behind.
+	natsDown atomic.Bool
 }
 
 // newWorld prepares the services and writes a configuration that routes
@@ -276,69 +287,148 @@ func (w *world) produce(rate int) (stop func()) {
 }
 
 // committed is what the outbox holds of the events created before t: their
-// ids, and the highest version per aggregate.
+// ids, and the highest version per aggregate. Rows are read once and kept
+// (the outbox only grows during a test); each call reads the rows after the
+// last one older than 10 s, so that a transaction that took an id earlier
+// but committed later is not missed.
 func (w *world) committed(t time.Time) (ids []int64, versions map[uuid.UUID]int64) {
 	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from := int64(0)
+	for i := len(w.rows) - 1; i >= 0; i-- {
+		if w.rows[i].created.Before(time.Now().Add(-10 * time.Second)) {
+			from = w.rows[i].id
+			break
+		}
+	}
 	rows, err := w.db.Pool.Query(context.Background(),
-		`SELECT id, aggregate_id, (payload->>'version')::bigint FROM aa_outbox_event WHERE created_at < $1 ORDER BY id`, t)
+		`SELECT id, aggregate_id, (payload->>'version')::bigint, created_at FROM aa_outbox_event WHERE id > $1 ORDER BY id`, from)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	defer rows.Close()
-	versions = map[uuid.UUID]int64{}
+	kept := w.rows[:0:0]
+	for _, r := range w.rows {
+		if r.id <= from {
+			kept = append(kept, r)
+		}
+	}
 	for rows.Next() {
-		var id, v int64
-		var agg uuid.UUID
-		if err := rows.Scan(&id, &agg, &v); err != nil {
+		var r outboxRow
+		if err := rows.Scan(&r.id, &r.agg, &r.version, &r.created); err != nil {
 			w.t.Fatal(err)
 		}
-		ids = append(ids, id)
-		versions[agg] = max(versions[agg], v)
+		kept = append(kept, r)
+	}
+	rows.Close()
+	w.rows = kept
+	versions = map[uuid.UUID]int64{}
+	for _, r := range w.rows {
+		if r.created.Before(t) {
+			ids = append(ids, r.id)
+			versions[r.agg] = max(versions[r.agg], r.version)
+		}
 	}
 	return ids, versions
 }
 
+type outboxRow struct {
+	id, version int64
+	agg         uuid.UUID
+	created     time.Time
+}
+
 // indexVersions reads the version of every document of the physical index
-// (tombstones included) straight from the engine.
+// (tombstones included) straight from the engine, with a scroll (the soak
+// holds more documents than one search returns).
 func (w *world) indexVersions() map[uuid.UUID]int64 {
-	body := strings.NewReader(`{"size": 10000, "version": true, "_source": false, "query": {"match_all": {}}}`)
-	resp, err := http.Post(testenv.EngineURL(w.t)+"/"+w.engineIx+"/_search", "application/json", body)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Hits struct {
+	base := testenv.EngineURL(w.t)
+	type page struct {
+		ScrollID string `json:"_scroll_id"`
+		Hits     struct {
 			Hits []struct {
 				ID      string `json:"_id"`
 				Version int64  `json:"_version"`
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil
+	get := func(url, body string) (*page, error) {
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		var p page
+		return &p, json.NewDecoder(resp.Body).Decode(&p)
 	}
 	out := map[uuid.UUID]int64{}
-	for _, h := range r.Hits.Hits {
-		if id, err := uuid.Parse(h.ID); err == nil {
-			out[id] = h.Version
+	p, err := get(base+"/"+w.engineIx+"/_search?scroll=1m",
+		`{"size": 5000, "version": true, "_source": false, "sort": ["_doc"], "query": {"match_all": {}}}`)
+	for err == nil && len(p.Hits.Hits) > 0 {
+		for _, h := range p.Hits.Hits {
+			if id, err := uuid.Parse(h.ID); err == nil {
+				out[id] = h.Version
+			}
+		}
+		id, _ := json.Marshal(p.ScrollID)
+		p, err = get(base+"/_search/scroll", `{"scroll": "1m", "scroll_id": `+string(id)+`}`)
+	}
+	if err != nil {
+		return nil
+	}
+	if p != nil && p.ScrollID != "" {
+		req, _ := http.NewRequest(http.MethodDelete, base+"/_search/scroll/"+p.ScrollID, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
 		}
 	}
 	return out
 }
 
-// streamIDs reads the event ids of every message in the stream.
+// streamIDs counts the messages of the stream per event id. One ordered
+// consumer reads the stream as it grows (the soak stores more than can be
+// read anew on every check).
 func (w *world) streamIDs() map[int64]int {
-	msgs, err := natstest.ReadStream(context.Background(), w.nats.URL, w.stream)
-	if err != nil {
+	if w.natsDown.Load() {
 		return nil
 	}
-	out := map[int64]int{}
-	for _, m := range msgs {
-		id, _ := strconv.ParseInt(m.Header.Get("Nats-Msg-Id"), 10, 64)
-		out[id]++
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streamCons == nil {
+		nc, err := natsgo.Connect(w.nats.URL, natsgo.MaxReconnects(-1))
+		if err != nil {
+			return nil
+		}
+		w.t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil
+		}
+		c, err := js.OrderedConsumer(context.Background(), w.stream, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return nil
+		}
+		w.streamCons, w.streamSeen = c, map[int64]int{}
 	}
-	return out
+	for {
+		batch, err := w.streamCons.Fetch(2000, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			return nil
+		}
+		n := 0
+		for m := range batch.Messages() {
+			id, _ := strconv.ParseInt(m.Headers().Get("Nats-Msg-Id"), 10, 64)
+			w.streamSeen[id]++
+			n++
+		}
+		if batch.Error() != nil || n < 2000 {
+			break
+		}
+	}
+	return w.streamSeen
 }
 
 // natstestRead reads the bodies of every message in the stream, in stream

@@ -89,7 +89,7 @@ func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 	}
 	outage("search", w.engine.Down, w.engine.Up, engineDown)
 	outage("hook", w.hookNet.Down, w.hookNet.Up, otherDown)
-	outage("queue", w.nats.Stop, w.nats.Restart, otherDown)
+	outage("queue", func() { w.natsDown.Store(true); w.nats.Stop() }, func() { w.nats.Restart(); w.natsDown.Store(false) }, otherDown)
 
 	stop()
 	testenv.Eventually(t, 120*time.Second, func() bool { return len(w.behind(time.Now())) == 0 }, "everything delivered everywhere")
