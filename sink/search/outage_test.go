@@ -2,11 +2,8 @@ package search_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,71 +18,6 @@ import (
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink/search"
 )
-
-// tcpProxy forwards a local port to the engine; stop makes the engine
-// unreachable (connection refused, open connections cut), start brings it back.
-type tcpProxy struct {
-	t      *testing.T
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-}
-
-func newProxy(t *testing.T, target string) *tcpProxy {
-	p := &tcpProxy{t: t, addr: "127.0.0.1:0", target: target, conns: map[net.Conn]bool{}}
-	p.start()
-	p.addr = p.ln.Addr().String()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *tcpProxy) start() {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.pipe(c)
-		}
-	}()
-}
-
-func (p *tcpProxy) pipe(c net.Conn) {
-	u, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[c], p.conns[u] = true, true
-	p.mu.Unlock()
-	go func() { io.Copy(u, c); u.Close() }()
-	io.Copy(c, u)
-	c.Close()
-}
-
-func (p *tcpProxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
 
 // failCounter is the engine behind the proxy, counting the calls of the
 // consumer (deliveries and probes) that failed.
@@ -120,8 +52,8 @@ func (f *failCounter) MGet(ctx context.Context, index string, ids []string) (map
 func TestEngineOutage(t *testing.T) {
 	b := setup(t)
 	u, _ := url.Parse(testenv.EngineURL(t))
-	px := newProxy(t, u.Host)
-	real, err := indexer.New(config.Engine{URLs: []string{"http://" + px.addr}}, nil)
+	px := testenv.NewTCPProxy(t, u.Host)
+	real, err := indexer.New(config.Engine{URLs: []string{"http://" + px.Addr}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +63,7 @@ func TestEngineOutage(t *testing.T) {
 		c.Writer = indexer.NewWriter(eng, indexer.WriterConfig{RetryElapsed: 3 * time.Second})
 	})
 
-	px.stop()
+	px.Down()
 	r, err := relay.New(b.db.Pool, relay.Config{Schema: b.db.Schema, Partitions: 2, LeaseTTL: 3 * time.Second,
 		PollInterval: 100 * time.Millisecond, BatchSize: 50,
 		Backoff: config.Backoff{Initial: time.Second, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.2},
@@ -173,7 +105,7 @@ func TestEngineOutage(t *testing.T) {
 	if d := count("dispatched"); d != 0 {
 		t.Fatalf("%d events dispatched while the engine was down", d)
 	}
-	px.start()
+	px.Up()
 	testenv.Eventually(t, 60*time.Second, func() bool { return count("dispatched") == n }, "backlog drained")
 	if f := count("failed"); f != 0 {
 		t.Fatalf("%d events failed", f)

@@ -54,8 +54,8 @@ func checkUnavailable(t *testing.T, evs []*outbox.Event, out []sink.Outcome, wan
 func TestEngineUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	u, _ := url.Parse(testenv.EngineURL(t))
-	px := newProxy(t, u.Host)
-	eng, err := indexer.New(config.Engine{URLs: []string{"http://" + px.addr}}, nil)
+	px := testenv.NewTCPProxy(t, u.Host)
+	eng, err := indexer.New(config.Engine{URLs: []string{"http://" + px.Addr}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestEngineUnreachableIsUnavailable(t *testing.T) {
 		t.Fatalf("before the outage: %v", out)
 	}
 
-	px.stop()
+	px.Down()
 	evs := b.produce(
 		customer.Updated(ch(a, 2, map[string]any{"status": "active"})), // merges onto the current document: _mget
 		customer.Created(ch(c, 1, map[string]any{"status": "draft"})),
@@ -87,7 +87,7 @@ func TestEngineUnreachableIsUnavailable(t *testing.T) {
 	}
 	t.Logf("unavailable: %s; probe: %v", out[0].Reason, err)
 
-	px.start()
+	px.Up()
 	testenv.Eventually(t, 15*time.Second, func() bool { return cons.Probe(b.ctx) == nil }, "probe succeeds once the engine is back")
 	b.deliver(evs, ok, ok, ok)
 	if doc, v := b.doc(b.alias, a); v != 3 || doc["status"] != "blocked" {
