@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -33,12 +34,14 @@ const (
 // Consumer publishes events to a JetStream stream. It is safe for concurrent
 // use by several Deliver calls.
 type Consumer struct {
-	name    string
-	cfg     config.Nats
-	subject *Subject
-	logger  *slog.Logger
-	nc      *natsgo.Conn
-	js      jetstream.JetStream
+	name string
+	cfg  config.Nats
+	// shownURL names the server in reasons and logs (no user information).
+	shownURL string
+	subject  *Subject
+	logger   *slog.Logger
+	nc       *natsgo.Conn
+	js       jetstream.JetStream
 
 	closeOnce sync.Once
 }
@@ -57,6 +60,17 @@ var (
 // covered, a window too short, retention mismatch, JetStream disabled) returns
 // a *ConfigError at once. An unreachable server is waited for with backoff
 // until ctx ends, as for every other service searchsync depends on.
+// shownURL is the server URL as reasons and logs name it: without user
+// information (nats://user:password@host).
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the configured nats.url"
+	}
+	u.User = nil
+	return u.String()
+}
+
 // Zero fields of cfg take the defaults documented in config.Nats.
 func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger) (*Consumer, error) {
 	cfg.URL = cmp.Or(cfg.URL, natsgo.DefaultURL)
@@ -68,7 +82,7 @@ func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Consumer{name: name, cfg: cfg, logger: logger.With("consumer", name, "stream", cfg.Stream)}
+	c := &Consumer{name: name, cfg: cfg, shownURL: shownURL(cfg.URL), logger: logger.With("consumer", name, "stream", cfg.Stream)}
 	subj, err := ParseSubject(cfg.Subject)
 	if err != nil {
 		return nil, c.configErr("nats.subject", "%v", err)
@@ -101,12 +115,12 @@ func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger)
 			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, cfg.URL, err)
+			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, c.shownURL, err)
 		}
-		c.logger.Warn("nats: not ready, retrying", "url", cfg.URL, "error", err, "retry_in", wait.String())
+		c.logger.Warn("nats: not ready, retrying", "url", c.shownURL, "error", err, "retry_in", wait.String())
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, cfg.URL, err)
+			return nil, fmt.Errorf("nats: consumer %q: gave up waiting for %s: %w", name, c.shownURL, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Second)
@@ -133,7 +147,7 @@ func (c *Consumer) start(ctx context.Context) error {
 		}),
 	)
 	if err != nil {
-		return fmt.Errorf("nats: connect %s: %w", c.cfg.URL, err)
+		return fmt.Errorf("nats: connect %s: %w", c.shownURL, err)
 	}
 	c.nc = nc
 	js, err := jetstream.New(nc,
@@ -167,21 +181,21 @@ func (c *Consumer) Subject(e *outbox.Event) string { return c.subject.Render(e) 
 // for the account, and the stream exists (one stream info request).
 func (c *Consumer) Probe(ctx context.Context) error {
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
-		return fmt.Errorf("nats: not connected to %s (%s)", c.cfg.URL, st)
+		return fmt.Errorf("nats: not connected to %s (%s)", c.shownURL, st)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	if _, err := c.js.AccountInfo(ctx); err != nil {
 		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return fmt.Errorf("nats: %s: %w", c.cfg.URL, err)
+			return fmt.Errorf("nats: %s: %w", c.shownURL, err)
 		}
-		return fmt.Errorf("nats: JetStream account info from %s: %w", c.cfg.URL, err)
+		return fmt.Errorf("nats: JetStream account info from %s: %w", c.shownURL, err)
 	}
 	if _, err := c.js.Stream(ctx, c.cfg.Stream); err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("nats: stream %q missing on %s: %w; %s", c.cfg.Stream, c.cfg.URL, err, c.recreateHint())
+			return fmt.Errorf("nats: stream %q missing on %s: %w; %s", c.cfg.Stream, c.shownURL, err, c.recreateHint())
 		}
-		return fmt.Errorf("nats: stream %q info from %s: %w", c.cfg.Stream, c.cfg.URL, err)
+		return fmt.Errorf("nats: stream %q info from %s: %w", c.cfg.Stream, c.shownURL, err)
 	}
 	return nil
 }
@@ -330,7 +344,7 @@ func (c *Consumer) publishOne(ctx context.Context, e *outbox.Event) (jetstream.P
 		}
 	}
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
-		return nil, msg.Subject, sink.Unavailablef("nats: not connected to %s (%s)", c.cfg.URL, st), nil
+		return nil, msg.Subject, sink.Unavailablef("nats: not connected to %s (%s)", c.shownURL, st), nil
 	}
 	f, err := c.js.PublishMsgAsync(msg)
 	return f, msg.Subject, sink.Outcome{}, err
@@ -475,7 +489,7 @@ func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr erro
 		return sink.Unavailablef("nats: no stream covers subject %s (expected stream %q; the server answered: %v); %s",
 			subject, c.cfg.Stream, pubErr, c.recreateHint())
 	case errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
-		return sink.Unavailablef("nats: publish on %s: %v: JetStream not enabled on %s (no JetStream API answers)", subject, pubErr, c.cfg.URL)
+		return sink.Unavailablef("nats: publish on %s: %v: JetStream not enabled on %s (no JetStream API answers)", subject, pubErr, c.shownURL)
 	case err != nil:
 		return sink.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, err)
 	case stream != c.cfg.Stream:

@@ -48,9 +48,9 @@ func (c *Consumer) prepareStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*c.cfg.Timeout)
 	defer cancel()
 	if _, err := c.js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-		return c.configErr("nats.url", "JetStream is not enabled on %s (start nats-server with -js): %v", c.cfg.URL, err)
+		return c.configErr("nats.url", "JetStream is not enabled on %s (start nats-server with -js): %v", c.shownURL, err)
 	} else if err != nil {
-		return fmt.Errorf("nats: JetStream account info from %s: %w", c.cfg.URL, err)
+		return fmt.Errorf("nats: JetStream account info from %s: %w", c.shownURL, err)
 	}
 	s, err := c.js.Stream(ctx, c.cfg.Stream)
 	var apiErr *jetstream.APIError
@@ -58,17 +58,17 @@ func (c *Consumer) prepareStream(ctx context.Context) error {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if !c.cfg.CreateStream {
 			return c.configErr("nats.stream", "stream %q does not exist on %s; create it with subjects %q and a duplicate window of at least %s, or set nats.create_stream: true",
-				c.cfg.Stream, c.cfg.URL, c.subject.StreamSubject(), c.cfg.DuplicateWindow)
+				c.cfg.Stream, c.shownURL, c.subject.StreamSubject(), c.cfg.DuplicateWindow)
 		}
 		return c.createStream(ctx)
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-		return c.configErr("nats.url", "JetStream is not enabled on %s: %v", c.cfg.URL, err)
+		return c.configErr("nats.url", "JetStream is not enabled on %s: %v", c.shownURL, err)
 	case errors.Is(err, jetstream.ErrInvalidStreamName):
 		return c.configErr("nats.stream", "%q is not a valid stream name: %v", c.cfg.Stream, err)
 	case errors.As(err, &apiErr) && apiErr.Code < 500:
 		return c.configErr("nats.stream", "looking up stream %q: %v", c.cfg.Stream, err)
 	case err != nil:
-		return fmt.Errorf("nats: look up stream %q on %s: %w", c.cfg.Stream, c.cfg.URL, err)
+		return fmt.Errorf("nats: look up stream %q on %s: %w", c.cfg.Stream, c.shownURL, err)
 	}
 	info := s.CachedInfo()
 	if c.cfg.CreateStream {

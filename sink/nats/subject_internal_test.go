@@ -27,3 +27,10 @@ func TestCovers(t *testing.T) {
 		t.Errorf("uncovered: %v", miss)
 	}
 }
+
+// Reasons and logs name the server without its credentials.
+func TestShownURLHidesCredentials(t *testing.T) {
+	if got := shownURL("nats://app:s3cr3t@nats.internal:4222"); got != "nats://nats.internal:4222" {
+		t.Errorf("shownURL = %q", got)
+	}
+}

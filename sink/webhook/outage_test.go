@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -266,4 +267,25 @@ func TestTLSHandshakeFailureIsUnavailable(t *testing.T) {
 		t.Fatalf("%d requests reached the handler through a failed handshake", n)
 	}
 	t.Logf("unavailable: %s", out[0].Reason)
+}
+
+// An endpoint URL with a token in its user information or query: the reason
+// of an outage names the endpoint without them (reasons reach last_error,
+// the pause state, logs and pages).
+func TestOutageReasonHidesURLSecrets(t *testing.T) {
+	t.Parallel()
+	addr := testenv.FreeAddr(t) // nothing listens there
+	c := newConsumer(t, "http://user:pa55word@"+addr+"/hook?token=s3cr3t", nil)
+	out := c.Deliver(t.Context(), events(1, 1))
+	if out[0].Kind != sink.Unavailable {
+		t.Fatalf("outcome %v %q, want unavailable", out[0].Kind, out[0].Reason)
+	}
+	for _, secret := range []string{"pa55word", "s3cr3t", "user"} {
+		if strings.Contains(out[0].Reason, secret) {
+			t.Errorf("reason %q shows %q", out[0].Reason, secret)
+		}
+	}
+	if !strings.Contains(out[0].Reason, addr+"/hook") {
+		t.Errorf("reason %q does not name the endpoint", out[0].Reason)
+	}
 }

@@ -69,6 +69,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -106,6 +107,9 @@ type Consumer struct {
 	key    []byte
 	client *http.Client
 	logger *slog.Logger
+	// shownURL names the endpoint in reasons (no user information, no
+	// query).
+	shownURL string
 	// slots bounds the requests in flight to the endpoint.
 	slots chan struct{}
 	now   func() time.Time
@@ -134,6 +138,20 @@ func (e *ConfigError) Error() string {
 // client nil means a client of its own (no redirects followed, idle
 // connections for Concurrency requests); a given client is used as it is,
 // and the per-request timeout is applied through the request's context.
+// shownURL is the endpoint as reasons and logs name it: without user
+// information and query, where endpoints often carry a token.
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the configured webhook.url"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "[redacted]"
+	}
+	return u.String()
+}
+
 func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logger) (*Consumer, error) {
 	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 8)
@@ -172,7 +190,7 @@ func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logg
 		}
 	}
 	return &Consumer{
-		name: name, cfg: cfg, key: key, client: client,
+		name: name, cfg: cfg, key: key, client: client, shownURL: shownURL(cfg.URL),
 		logger: logger.With("consumer", name),
 		slots:  make(chan struct{}, cfg.Concurrency),
 		now:    time.Now, ownClient: own,
@@ -341,9 +359,9 @@ func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) si
 		}
 		var o sink.Outcome
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			o = sink.Unavailablef("POST %s: no answer within %s", c.cfg.URL, c.cfg.Timeout)
+			o = sink.Unavailablef("POST %s: no answer within %s", c.shownURL, c.cfg.Timeout)
 		} else {
-			o = sink.Unavailablef("POST %s: %v", c.cfg.URL, unwrapURLError(err))
+			o = sink.Unavailablef("POST %s: %v", c.shownURL, unwrapURLError(err))
 		}
 		b.down.CompareAndSwap(nil, &o)
 		return o
