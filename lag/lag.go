@@ -27,7 +27,7 @@
 // created_at only by the producers' transaction times.
 //
 // Every query reads undelivered rows only: pending events through the
-// partial indexes ix_outbox_event_pending / ix_outbox_event_pending_id (one
+// partial indexes ix_outbox_event_pending / ix_outbox_event_claimable (one
 // grouped pass; only the events of blocked aggregates are labelled one by
 // one, through the aggregate index from their first head on), failed ones
 // through ix_outbox_event_failed, open delivery rows through
@@ -53,6 +53,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/outbox"
 )
 
 // Causes of a blocked consumer.
@@ -753,7 +754,7 @@ func newQueries(schema string) queries {
 				SELECT '*', e.aggregate_type, e.aggregate_id, e.id, e.event_type, 'pending', 'backing_off', e.attempts,
 				       coalesce(e.last_error, ''), e.available_at, e.created_at
 				FROM {t} e
-				WHERE e.status = 'pending' AND e.available_at > now() AND e.aggregate_id IS NOT NULL
+				WHERE e.status = 'pending' AND e.available_at > now() AND e.available_at < ` + outbox.HeldSQL + ` AND e.aggregate_id IS NOT NULL
 				  -- Not implied by the index predicate, so the planner seeks
 				  -- ix_outbox_event_pending to (pending, now()) (see relay).
 				  AND e.status >= (SELECT 'pending'::{s}.outbox_status)
@@ -763,7 +764,9 @@ func newQueries(schema string) queries {
 				       CASE WHEN d.state = 'failed' THEN 'failed' ELSE 'backing_off' END, d.attempts,
 				       coalesce(d.last_error, ''), d.available_at, e.created_at
 				FROM {d} d JOIN {t} e ON e.id = d.event_id
-				WHERE d.state <> 'done' AND (d.state = 'failed' OR d.available_at > now()) AND d.aggregate_id IS NOT NULL),
+				WHERE d.state <> 'done' AND d.aggregate_id IS NOT NULL
+				  -- held for a paused consumer: not a head of its own
+				  AND (d.state = 'failed' OR (d.available_at > now() AND d.available_at < ` + outbox.HeldSQL + `))),
 			heads AS (
 				SELECT DISTINCT ON (aggregate_type, aggregate_id, consumer) *
 				FROM cand ORDER BY aggregate_type, aggregate_id, consumer, id)
@@ -804,7 +807,7 @@ func newQueries(schema string) queries {
 		// at most the producers' transaction times).
 		deliveryRows: r.Replace(headsCTE + `,
 			g AS (
-				SELECT d.consumer, d.state, d.available_at <= now() AS ready, {blocked_for_d} AS blocked_for,
+				SELECT d.consumer, d.state, (d.available_at <= now() OR d.available_at = ` + outbox.HeldSQL + `) AS ready, {blocked_for_d} AS blocked_for,
 				       count(*) AS n, min(d.event_id) AS first
 				FROM {d} d
 				LEFT JOIN h ON h.aggregate_type = d.aggregate_type AND h.aggregate_id = d.aggregate_id
@@ -845,7 +848,7 @@ func newQueries(schema string) queries {
 				FROM {d} d
 				JOIN {t} e ON e.id = d.event_id
 				LEFT JOIN h ON h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
-				WHERE d.consumer = $7 AND d.state = 'pending' AND d.available_at <= now()
+				WHERE d.consumer = $7 AND d.state = 'pending' AND (d.available_at <= now() OR d.available_at = ` + outbox.HeldSQL + `)
 				  AND NOT ({blocked_for} && ARRAY['*', $7::text]))
 			SELECT count(*) FROM (
 				SELECT 1 FROM would

@@ -51,8 +51,10 @@ var wantIndexes = map[string]string{
 	"ix_outbox_event_aggregate":   "USING btree (aggregate_type, aggregate_id, id)",
 	"ix_outbox_event_correlation": "USING btree (correlation_id) WHERE (correlation_id IS NOT NULL)",
 	// Added by 00003_relay for the relay's claim (see the relay package doc).
-	"ix_outbox_event_pending_id": "USING btree (id) WHERE (status = 'pending'::%outbox_status)",
-	"ix_outbox_event_failed":     "USING btree (aggregate_type, aggregate_id, id) WHERE (status = 'failed'::%outbox_status)",
+	"ix_outbox_event_failed": "USING btree (aggregate_type, aggregate_id, id) WHERE (status = 'failed'::%outbox_status)",
+	// 00004_consumer: the claim's walk without events held for a paused
+	// consumer (replaces 00003's ix_outbox_event_pending_id).
+	"ix_outbox_event_claimable": "USING btree (id) WHERE ((status = 'pending'::%outbox_status) AND (available_at < '9999-12-31 00:00:00+00'::timestamp with time zone))",
 }
 
 // like matches s against a pattern whose only wildcard is a leading-% part in

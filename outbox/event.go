@@ -106,3 +106,10 @@ func (e *Event) Validate(index int) error {
 	}
 	return errors.Join(errs...)
 }
+
+// HeldSQL is the available_at, as an SQL literal, of an event or delivery row
+// held back for a paused consumer (docs/consumers.md): far enough to keep it
+// out of every claim and off the indexes' "available now" ranges until the
+// consumer resumes and the relay sets it to now(). It is a finite timestamp,
+// so that every reader can scan it as a time.
+const HeldSQL = `'9999-12-31 00:00:00+00'::timestamptz`

@@ -13,7 +13,7 @@ import (
 
 // TestClaimWalksThePendingIndexWithoutStatistics checks the plans of both
 // claims on an outbox that was never analyzed, holding many pending events:
-// they must walk ix_outbox_event_pending_id in id order and sort nothing
+// they must walk ix_outbox_event_claimable in id order and sort nothing
 // (PostgreSQL would otherwise read and sort every pending row per claim).
 func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 	t.Parallel()
@@ -33,9 +33,9 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"claim":                    {q.claimAll, []any{[]string{}}},
-		"claim of some partitions": {q.claimOwned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}}},
-		"claim beside deliveries":  {q.claimAllBehind, []any{inFlight, []int64{}, []string{}}},
+		"claim":                    {q.claimAll, []any{[]string{}, []string{"a"}}},
+		"claim of some partitions": {q.claimOwned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}}},
+		"claim beside deliveries":  {q.claimAllBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}}},
 	} {
 		br := db.Pool.SendBatch(ctx, claimBatch("EXPLAIN (FORMAT JSON) "+c.sql, c.args))
 		if _, err := br.Exec(); err != nil {
@@ -49,8 +49,8 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		p := string(plan)
-		if strings.Contains(p, `"Node Type": "Sort"`) || !strings.Contains(p, `"Index Name": "ix_outbox_event_pending_id"`) {
-			t.Errorf("%s: the plan sorts or does not walk ix_outbox_event_pending_id:\n%s", name, p)
+		if strings.Contains(p, `"Node Type": "Sort"`) || !strings.Contains(p, `"Index Name": "ix_outbox_event_claimable"`) {
+			t.Errorf("%s: the plan sorts or does not walk ix_outbox_event_claimable:\n%s", name, p)
 		}
 	}
 }

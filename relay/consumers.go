@@ -15,8 +15,9 @@ import (
 // aa_outbox_consumer so that every relay pauses and resumes a consumer
 // together (docs/consumers.md).
 type consumers struct {
-	r    *Relay
-	list []sink.Consumer // index = consumer index
+	r     *Relay
+	list  []sink.Consumer // index = consumer index
+	names []string        // their names, by index
 	// ofRoute[ri] is the consumer index of route ri.
 	ofRoute []int
 
@@ -25,6 +26,8 @@ type consumers struct {
 	// noProbe: the consumer's Probe said sink.ErrNoProbe (a wrapper of a
 	// consumer without one): its next batch is the probe.
 	noProbe []bool
+	// kick makes run release held events at once (a consumer resumed).
+	kick chan struct{}
 }
 
 // pauseState is one consumer's pause as this relay knows it.
@@ -42,7 +45,7 @@ type pauseState struct {
 }
 
 func newConsumers(r *Relay) *consumers {
-	c := &consumers{r: r, ofRoute: make([]int, len(r.cfg.Routes))}
+	c := &consumers{r: r, ofRoute: make([]int, len(r.cfg.Routes)), names: []string{}}
 	byName := map[string]int{}
 	for ri, rt := range r.cfg.Routes {
 		ci, ok := byName[rt.Consumer.Name()]
@@ -53,8 +56,12 @@ func newConsumers(r *Relay) *consumers {
 		}
 		c.ofRoute[ri] = ci
 	}
+	for _, cons := range c.list {
+		c.names = append(c.names, cons.Name())
+	}
 	c.state = make([]pauseState, len(c.list))
 	c.noProbe = make([]bool, len(c.list))
+	c.kick = make(chan struct{}, 1)
 	return c
 }
 
@@ -131,7 +138,49 @@ func (c *consumers) resume(ctx context.Context, ci int, why string) {
 	if _, err := c.r.pool.Exec(rctx, c.r.q.resume, c.name(ci), cfg.InstanceID, outbox.Channel(cfg.Schema)); err != nil {
 		cfg.Logger.Warn("relay: record consumer resume", "consumer", c.name(ci), "error", err)
 	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 	c.r.Wake()
+}
+
+// releaseChunk is how many held events one statement releases.
+const releaseChunk = 5000
+
+// release makes up to n events held for consumer ci available again, in id
+// order, and returns how many it released.
+func (c *consumers) release(ctx context.Context, ci int, n int) (int, error) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var got int
+	err := c.r.pool.QueryRow(rctx, c.r.q.releaseHeld, c.name(ci), n).Scan(&got)
+	return got, err
+}
+
+// releaseAll releases every event held for consumer ci (running again), a
+// chunk at a time, waking the relay after each.
+func (c *consumers) releaseAll(ctx context.Context, ci int) {
+	total := 0
+	for ctx.Err() == nil {
+		n, err := c.release(ctx, ci, releaseChunk)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.r.cfg.Logger.Warn("relay: release events held for a paused consumer", "consumer", c.name(ci), "error", err)
+			}
+			return
+		}
+		total += n
+		if n > 0 {
+			c.r.Wake()
+		}
+		if n < releaseChunk || c.paused(ci) {
+			break
+		}
+	}
+	if total > 0 {
+		c.r.cfg.Logger.Info("relay: released the events held while the consumer was paused", "consumer", c.name(ci), "events", total)
+	}
 }
 
 // refresh reads the pause states of aa_outbox_consumer: a pause or resume
@@ -202,6 +251,11 @@ func (c *consumers) run(ctx context.Context) {
 		}
 		now := time.Now()
 		for ci := range c.list {
+			if !c.paused(ci) {
+				// Running (again): what was held for it is released, here
+				// or by the relay that resumed it.
+				c.releaseAll(ctx, ci)
+			}
 			c.mu.Lock()
 			s := &c.state[ci]
 			due := s.paused && !s.probing && !s.probeRunning && !now.Before(s.probeAt)
@@ -220,6 +274,10 @@ func (c *consumers) run(ctx context.Context) {
 			case due && isProber:
 				wg.Go(func() { c.probe(ctx, ci, prober) })
 			case due:
+				// The probe batch: the first held events, by id.
+				if _, err := c.release(ctx, ci, c.r.cfg.BatchSize); err != nil && ctx.Err() == nil {
+					c.r.cfg.Logger.Debug("relay: release a probe batch", "consumer", c.name(ci), "error", err)
+				}
 				c.r.Wake()
 			}
 		}
@@ -227,6 +285,7 @@ func (c *consumers) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.kick:
 		}
 	}
 }

@@ -49,7 +49,7 @@
 // (migration 00003) keep the claim's cost to what is pending and blocked,
 // never the delivered history. A claim runs with sorting disabled for its
 // transaction, so that statistics older than a burst cannot make PostgreSQL
-// read and sort every pending row instead of walking ix_outbox_event_pending_id.
+// read and sort every pending row instead of walking ix_outbox_event_claimable.
 //
 // # Pipelining
 //

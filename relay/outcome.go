@@ -23,7 +23,13 @@ type prior struct {
 	state    string // rowDone, rowPending, rowFailed
 	attempts int
 	wait     time.Duration // pending: how long until it is available (<= 0: now)
+	held     bool          // pending: held back for a paused consumer (outbox.HeldSQL)
 }
+
+// holdDelay, as a delay to write, is "held back until the consumer resumes"
+// (available_at = outbox.HeldSQL): out of every claim until the relay that
+// resumes the consumer releases it, in id order.
+const holdDelay time.Duration = -1
 
 // ackRow is what the ack statement writes for one event: the outbox row,
 // and the delivery rows when its consumers went different ways.
@@ -55,7 +61,7 @@ type result struct {
 	state     string // rowDone, rowPending, rowFailed
 	attempts  int
 	lastError string
-	delay     time.Duration // pending: until it may be tried again
+	delay     time.Duration // pending: until it may be tried again; holdDelay: until resumed
 	changed   bool          // differs from what was claimed
 	// held: not given to the consumer because it is paused or blocked by an
 	// earlier event of its own: a new delivery row keeps the event out of
@@ -256,28 +262,30 @@ func (r *Relay) eventAck(ce *claimed, routed []int, answers map[int]sink.Outcome
 	}
 	// The consumers went different ways: one delivery row each.
 	anyPending, anyFailed := false, false
-	var delay time.Duration = -1
+	// The outbox row is available when its first pending consumer is; held
+	// when every consumer that still owes it is held.
+	delay, any := holdDelay, false
 	for k, res := range results {
 		row.newAttempts = max(row.newAttempts, res.attempts)
 		switch res.state {
 		case rowPending:
 			anyPending = true
-			if delay < 0 || res.delay < delay {
-				delay = res.delay
+			if res.delay != holdDelay && (!any || res.delay < delay) {
+				delay, any = res.delay, true
 			}
 		case rowFailed:
 			anyFailed = true
 		}
 		if res.changed || res.newRow {
 			row.rows = append(row.rows, deliveryRow{consumer: r.cons.name(routed[k]), state: res.state,
-				attempts: res.attempts, lastError: res.lastError, delay: max(res.delay, 0)})
+				attempts: res.attempts, lastError: res.lastError, delay: res.delay})
 		}
 	}
 	row.lastError = joinErrors(routed, results, r.cons)
 	bs.Split++
 	switch {
 	case anyPending:
-		row.outcome, row.delay = "pending", max(delay, 0)
+		row.outcome, row.delay = "pending", delay
 	case anyFailed:
 		row.outcome = "failed"
 		bs.Failed++
@@ -294,13 +302,27 @@ func (r *Relay) consumerResult(ce *claimed, ci int, answers map[int]sink.Outcome
 		p = prior{state: rowPending, attempts: e.Attempts}
 	}
 	res := result{state: p.state, attempts: p.attempts, delay: max(p.wait, 0), newRow: !hasRow}
+	if p.held {
+		res.delay = holdDelay
+	}
 	if p.state != rowPending {
+		return res
+	}
+	// hold keeps the event for a paused consumer until it resumes.
+	hold := func() result {
+		res.held = true
+		if !p.held {
+			res.delay, res.changed = holdDelay, hasRow
+		}
 		return res
 	}
 	o, given := answers[ci]
 	if !given {
-		// Held back: paused, or blocked by an earlier event of its own.
-		res.held = held || slices.Contains(ce.blocked, name)
+		if held {
+			return hold()
+		}
+		// Blocked by an earlier event of its own: it comes after that one.
+		res.held = slices.Contains(ce.blocked, name)
 		return res
 	}
 	switch o.Kind {
@@ -311,8 +333,7 @@ func (r *Relay) consumerResult(ce *claimed, ci int, answers map[int]sink.Outcome
 	case sink.Retry, sink.Unavailable:
 		if o.Kind == sink.Unavailable && !a.delivered {
 			// The consumer is paused for it: not the event's fault.
-			res.held = true
-			return res
+			return hold()
 		}
 		if o.Kind == sink.Unavailable && !o.Suspect {
 			// About the consumer, although others got through (the outage

@@ -535,9 +535,9 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 }
 
 // parseDeliveries reads the claim's JSON array of [consumer, state,
-// attempts, ms until available].
+// attempts, ms until available, held for a paused consumer].
 func parseDeliveries(b []byte) (map[string]prior, error) {
-	var raw [][4]json.RawMessage
+	var raw [][5]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, err
 	}
@@ -547,7 +547,7 @@ func parseDeliveries(b []byte) (map[string]prior, error) {
 		var p prior
 		var wait int64
 		if err := errors.Join(json.Unmarshal(r[0], &name), json.Unmarshal(r[1], &p.state),
-			json.Unmarshal(r[2], &p.attempts), json.Unmarshal(r[3], &wait)); err != nil {
+			json.Unmarshal(r[2], &p.attempts), json.Unmarshal(r[3], &wait), json.Unmarshal(r[4], &p.held)); err != nil {
 			return nil, err
 		}
 		p.wait = time.Duration(wait) * time.Millisecond
@@ -601,7 +601,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) (evs []cla
 		args = append(args, x.aggs, x.ids)
 	}
 	held, names := r.cons.heldNow()
-	args = append(args, names)
+	args = append(args, names, r.cons.names)
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
 	br := r.pool.SendBatch(cctx, claimBatch(q, args))

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/outbox"
 )
 
 // partitionExpr is the partition of event e among {partitions}: the hash of
@@ -23,7 +25,8 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 // Blockers (docs/consumers.md): an earlier event without delivery rows that
 // is failed, or pending with available_at in the future, blocks every
 // consumer (blocker); an earlier event whose delivery row for consumer C is
-// failed or waits for its own retry blocks C only (cblocker). Each row
+// failed, waits for its own retry or is held for a paused C blocks C only
+// (a probe of ix_outbox_delivery_open per event). Each row
 // carries its own delivery rows (consumers, states, attempts, ms until
 // available) and the consumers blocked before it, so that the relay hands it
 // only to the consumers that may have it.
@@ -36,7 +39,8 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 // before it.) A batch may therefore hold several consecutive events of one
 // aggregate, for coalescing.
 //
-// The candidates come from ix_outbox_event_pending_id in id order; the
+// The candidates come from ix_outbox_event_claimable in id order (events
+// held for a paused consumer are not in it); the
 // blockers through the small failed index, the tail of the spec's pending
 // index and the open delivery rows, so they cost what is blocked. Filtering
 // them before the LIMIT keeps a blocked aggregate with a long tail from
@@ -46,7 +50,7 @@ const partitionExpr = `(CASE WHEN e.aggregate_id IS NULL THEN e.id % {partitions
 const claimSQL = blockerCTE + `
 SELECT ` + eventColumns + `
 FROM {s}.aa_outbox_event e
-WHERE e.status = 'pending' AND e.available_at <= now()
+WHERE e.status = 'pending' AND e.available_at <= now() AND e.available_at < ` + outbox.HeldSQL + `
   {partition_filter}` + notBlocked + `
 ORDER BY e.id
 LIMIT {batch}`
@@ -58,20 +62,16 @@ WITH blocker AS (
 	      WHERE status = 'failed' AND aggregate_id IS NOT NULL
 	      UNION ALL
 	      SELECT aggregate_type, aggregate_id, id FROM {s}.aa_outbox_event
-	      WHERE status = 'pending' AND available_at > now() AND aggregate_id IS NOT NULL
+	      WHERE status = 'pending' AND available_at > now() AND available_at < ` + outbox.HeldSQL + `
+	        AND aggregate_id IS NOT NULL
 	        -- Not implied by the index predicate, so the planner seeks
 	        -- ix_outbox_event_pending to (pending, now()) instead of reading it
 	        -- whole (PostgreSQL drops status = 'pending' as redundant).
 	        AND status >= (SELECT 'pending'::{s}.outbox_status)) b
 	WHERE NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery d WHERE d.event_id = b.id)
 	GROUP BY aggregate_type, aggregate_id
-),
-cblocker AS (
-	SELECT aggregate_type, aggregate_id, consumer, min(event_id) AS first_id
-	FROM {s}.aa_outbox_delivery
-	WHERE state <> 'done' AND aggregate_id IS NOT NULL AND (state = 'failed' OR available_at > now())
-	GROUP BY aggregate_type, aggregate_id, consumer
 )`
+
 
 // anyDelivery is true when any event has delivery rows (evaluated once per
 // claim): without any, the per-event look-ups below are skipped altogether,
@@ -88,9 +88,14 @@ const notBlocked = `
         SELECT 1 FROM {s}.aa_outbox_delivery x
         WHERE x.event_id = e.id AND x.state = 'pending' AND x.available_at <= now()
           AND x.consumer <> ALL({paused}::text[])
-          AND NOT EXISTS (SELECT 1 FROM cblocker cb
-                          WHERE cb.consumer = x.consumer AND cb.aggregate_type = e.aggregate_type
-                            AND cb.aggregate_id = e.aggregate_id AND cb.first_id < e.id)))`
+          -- not blocked for that consumer by an earlier event of the
+          -- aggregate: its row failed or not available yet (its own retry,
+          -- or held for a paused consumer); one probe of
+          -- ix_outbox_delivery_open
+          AND NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery cb
+              WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id
+                AND cb.event_id < e.id AND cb.state <> 'done' AND cb.consumer = x.consumer
+                AND (cb.state = 'failed' OR cb.available_at > now()))))`
 
 // claimBehindSQL is the claim made while batches are still unacked (being
 // delivered, or their ack in flight). It leaves them out: every event of
@@ -110,7 +115,7 @@ const notBlocked = `
 const claimBehindSQL = blockerCTE + `
 SELECT ` + eventColumns + `
 FROM (SELECT * FROM {s}.aa_outbox_event e
-      WHERE e.status = 'pending' AND e.available_at <= now()
+      WHERE e.status = 'pending' AND e.available_at <= now() AND e.available_at < ` + outbox.HeldSQL + `
         {partition_filter}
       ORDER BY e.id
       LIMIT {window}) e
@@ -128,12 +133,14 @@ const eventColumns = partitionExpr + ` AS part,
        e.available_at, e.created_at, e.created_by,
        CASE WHEN ` + anyDelivery + ` THEN (
            SELECT json_agg(json_build_array(d.consumer, d.state, d.attempts,
-                                            (extract(epoch FROM d.available_at - now()) * 1000)::bigint))
+                                            (extract(epoch FROM d.available_at - now()) * 1000)::bigint,
+                                            d.available_at = ` + outbox.HeldSQL + `))
            FROM {s}.aa_outbox_delivery d WHERE d.event_id = e.id) END AS deliveries,
        CASE WHEN ` + anyDelivery + ` AND e.aggregate_id IS NOT NULL THEN ARRAY(
-           SELECT cb.consumer FROM cblocker cb
-           WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id
-             AND cb.first_id < e.id) END AS blocked`
+           SELECT c FROM unnest({consumers}::text[]) c
+           WHERE EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery cb
+               WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id AND cb.consumer = c
+                 AND cb.event_id < e.id AND cb.state <> 'done' AND (cb.state = 'failed' OR cb.available_at > now()))) END AS blocked`
 
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
@@ -164,7 +171,9 @@ upd AS (
 		status = (CASE WHEN o.outcome IN ('retry', 'pending') THEN 'pending' ELSE o.outcome END)::{s}.outbox_status,
 		attempts = o.new_attempts,
 		last_error = CASE WHEN o.last_error <> '' THEN o.last_error ELSE e.last_error END,
-		available_at = CASE WHEN o.outcome IN ('retry', 'pending') THEN now() + o.delay_ms * interval '1 millisecond' ELSE e.available_at END,
+		available_at = CASE WHEN o.outcome IN ('retry', 'pending') THEN
+			CASE WHEN o.delay_ms < 0 THEN ` + outbox.HeldSQL + ` ELSE now() + o.delay_ms * interval '1 millisecond' END
+			ELSE e.available_at END,
 		dispatched_at = CASE WHEN o.outcome = 'dispatched' THEN now() ELSE e.dispatched_at END
 	FROM o
 	WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts
@@ -174,7 +183,8 @@ ins AS (
 	INSERT INTO {s}.aa_outbox_delivery AS t
 		(event_id, consumer, aggregate_type, aggregate_id, state, attempts, last_error, available_at, delivered_at, updated_at)
 	SELECT d.id, d.consumer, u.aggregate_type, u.aggregate_id, d.state, d.attempts, nullif(d.last_error, ''),
-	       now() + d.delay_ms * interval '1 millisecond', CASE WHEN d.state = 'done' THEN now() END, now()
+	       CASE WHEN d.delay_ms < 0 THEN ` + outbox.HeldSQL + ` ELSE now() + d.delay_ms * interval '1 millisecond' END,
+	       CASE WHEN d.state = 'done' THEN now() END, now()
 	FROM unnest($11::bigint[], $12::text[], $13::text[], $14::int[], $15::text[], $16::bigint[])
 	         AS d(id, consumer, state, attempts, last_error, delay_ms)
 	JOIN upd u ON u.id = d.id AND u.outcome NOT IN ('dispatched', 'skipped')
@@ -192,6 +202,23 @@ SELECT count(*) FROM upd`
 
 // Consumer pause statements ($1 is always the consumer).
 const (
+	// releaseHeldSQL makes the next $2 events held for consumer $1 (by id)
+	// available again, its delivery rows and their outbox rows, and
+	// returns how many. Released in id order, a held row always follows
+	// the released ones of its aggregate, so it keeps blocking the later
+	// events for that consumer (cblocked) until its turn.
+	releaseHeldSQL = `WITH b AS (
+	SELECT event_id FROM {s}.aa_outbox_delivery
+	WHERE consumer = $1 AND state = 'pending' AND available_at = ` + outbox.HeldSQL + `
+	ORDER BY event_id LIMIT $2 FOR UPDATE),
+d AS (
+	UPDATE {s}.aa_outbox_delivery x SET available_at = now(), updated_at = now()
+	FROM b WHERE x.event_id = b.event_id AND x.consumer = $1 RETURNING x.event_id),
+o AS (
+	UPDATE {s}.aa_outbox_event e SET available_at = now()
+	FROM d WHERE e.id = d.event_id AND e.status = 'pending' AND e.available_at = ` + outbox.HeldSQL + `)
+SELECT count(*) FROM d`
+
 	// pauseSQL marks a consumer paused (keeping the first paused_at) and
 	// schedules its next probe: $3 ms after the first pause, twice as late
 	// after every failed probe, at most $4 ms, and never before the $6 ms the
@@ -260,7 +287,7 @@ type queries struct {
 	claimAllBehind, claimOwnedBehind                      string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
-	pause, resume, consumerStates                         string
+	pause, resume, consumerStates, releaseHeld            string
 }
 
 // newQueries fills in the schema, and the partition count and batch size as
@@ -284,7 +311,7 @@ func newQueries(schema string, partitions, batch int) queries {
 		}
 		q = strings.NewReplacer("{partition_filter}", filter,
 			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1),
-			"{paused}", "$"+strconv.Itoa(paused)).Replace(q)
+			"{paused}", "$"+strconv.Itoa(paused), "{consumers}", "$"+strconv.Itoa(paused+1)).Replace(q)
 		return r.Replace(q)
 	}
 	return queries{
@@ -305,5 +332,6 @@ func newQueries(schema string, partitions, batch int) queries {
 		pause:               r.Replace(pauseSQL),
 		resume:              r.Replace(resumeSQL),
 		consumerStates:      r.Replace(consumerStatesSQL),
+		releaseHeld:         r.Replace(releaseHeldSQL),
 	}
 }

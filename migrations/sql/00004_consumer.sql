@@ -31,10 +31,23 @@ CREATE TABLE aa_outbox_delivery (
 
 -- What a consumer still owes, per aggregate in id order: the claim's
 -- per-consumer blockers, and `outbox list --consumer`.
-CREATE INDEX ix_outbox_delivery_open ON aa_outbox_delivery (aggregate_type, aggregate_id, event_id)
+CREATE INDEX ix_outbox_delivery_open ON aa_outbox_delivery (aggregate_type, aggregate_id, consumer, event_id)
     WHERE state <> 'done';
 CREATE INDEX ix_outbox_delivery_consumer ON aa_outbox_delivery (consumer, state, event_id)
     WHERE state <> 'done';
+-- Rows held back for a paused consumer (available_at far in the future,
+-- outbox.HeldSQL), which the relay releases in id order when it resumes.
+CREATE INDEX ix_outbox_delivery_held ON aa_outbox_delivery (consumer, event_id)
+    WHERE state = 'pending' AND available_at = '9999-12-31 00:00:00+00'::timestamptz;
+
+-- The claim walks pending events in id order. Events held back for a paused
+-- consumer (available_at = '9999-12-31', outbox.HeldSQL) must not be walked
+-- on every claim while the outage lasts, so this index replaces 00003's
+-- ix_outbox_event_pending_id (same columns, one entry per pending event as
+-- before; producers pay nothing extra).
+CREATE INDEX ix_outbox_event_claimable ON aa_outbox_event (id)
+    WHERE status = 'pending' AND available_at < '9999-12-31 00:00:00+00'::timestamptz;
+DROP INDEX ix_outbox_event_pending_id;
 
 -- One row per consumer that was ever paused: state running or paused. A
 -- consumer is paused when it cannot deliver at all (its engine, endpoint or
@@ -55,5 +68,7 @@ CREATE TABLE aa_outbox_consumer (
 );
 
 -- +goose Down
+CREATE INDEX ix_outbox_event_pending_id ON aa_outbox_event (id) WHERE status = 'pending';
+DROP INDEX ix_outbox_event_claimable;
 DROP TABLE aa_outbox_consumer;
 DROP TABLE aa_outbox_delivery;
