@@ -29,7 +29,7 @@ type prior struct {
 // holdDelay, as a delay to write, is "held back until the consumer resumes"
 // (available_at = outbox.HeldSQL): out of every claim until the relay that
 // resumes the consumer releases it, in id order.
-const holdDelay time.Duration = -1
+const holdDelay = -time.Millisecond // written as delay_ms -1
 
 // ackRow is what the ack statement writes for one event: the outbox row,
 // and the delivery rows when its consumers went different ways.

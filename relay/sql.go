@@ -83,7 +83,8 @@ const notBlocked = `
                   WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id
                     AND b.first_id < e.id)
   AND (NOT ` + anyDelivery + `
-       OR NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery y WHERE y.event_id = e.id)
+       -- (OFFSET 0: a probe per event, never a hash of the whole table)
+       OR NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery y WHERE y.event_id = e.id OFFSET 0)
        OR EXISTS (
         SELECT 1 FROM {s}.aa_outbox_delivery x
         WHERE x.event_id = e.id AND x.state = 'pending' AND x.available_at <= now()
