@@ -72,7 +72,6 @@ WITH blocker AS (
 	GROUP BY aggregate_type, aggregate_id
 )`
 
-
 // anyDelivery is true when any event has delivery rows (evaluated once per
 // claim): without any, the per-event look-ups below are skipped altogether,
 // so the claim costs what it cost before consumers could diverge.
