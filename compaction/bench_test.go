@@ -35,7 +35,7 @@ FROM generate_series(1, $1) AS i`, old+recent)
 	var took time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		if _, err := db.Pool.Exec(b.Context(), `TRUNCATE aa_outbox_event CASCADE`); err != nil {
+		if _, err := db.Pool.Exec(b.Context(), `TRUNCATE aa_outbox_event, aa_outbox_delivery`); err != nil {
 			b.Fatal(err)
 		}
 		fill()

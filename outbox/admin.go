@@ -31,8 +31,9 @@ import (
 // the aa_job row is the record of the acknowledgement. Deleting a failed head
 // unblocks its aggregate: the later events flow on, the acknowledged one is
 // never delivered. Compaction never touches failed or skipped events; ack is
-// the only way they leave the table. Delivery rows go with their event (ON
-// DELETE CASCADE).
+// the only way they leave the table. Delivery rows go with their event, in
+// the same statement (no foreign key: a cascade would cost compaction a
+// look-up per deleted row).
 //
 // # One consumer (Filter.Consumer)
 //
@@ -296,11 +297,14 @@ FROM (SELECT event_id, bool_or(state = 'pending') AS pending, bool_or(state = 'f
       FROM {d} WHERE event_id = ANY($1) GROUP BY event_id) s
 WHERE e.id = s.event_id`
 
-	ackSQL = `DELETE FROM {t} WHERE id = ANY($1) AND status IN ('failed', 'skipped')`
+	ackSQL = `WITH d AS (
+	DELETE FROM {d} WHERE event_id IN (SELECT id FROM {t} WHERE id = ANY($1) AND status IN ('failed', 'skipped')))
+DELETE FROM {t} WHERE id = ANY($1) AND status IN ('failed', 'skipped')`
 
 	// finishSQL deletes events whose every delivery row is done after an ack
 	// for one consumer (checked under the lock; their status is not).
-	finishSQL = `DELETE FROM {t} WHERE id = ANY($1)`
+	finishSQL = `WITH d AS (DELETE FROM {d} WHERE event_id = ANY($1))
+DELETE FROM {t} WHERE id = ANY($1)`
 
 	// Per consumer: its open delivery rows, the events without delivery rows
 	// by type (routed in Go), and its pause state.

@@ -45,7 +45,7 @@ const (
 // aggregates, payloads shaped like the spec's example.
 func fillOutbox(b *testing.B, pool *pgxpool.Pool) {
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `TRUNCATE aa_outbox_event CASCADE`); err != nil {
+	if _, err := pool.Exec(ctx, `TRUNCATE aa_outbox_event, aa_outbox_delivery`); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `

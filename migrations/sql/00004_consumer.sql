@@ -12,9 +12,12 @@
 -- (parked for this consumer until an operator retries or acknowledges it).
 -- The aggregate is copied from the event so that a claim finds the
 -- per-consumer blockers of an aggregate through one small partial index.
--- The rows go when the event is dispatched (or acknowledged, or compacted).
+-- The rows go when the event is dispatched or acknowledged.
 CREATE TABLE aa_outbox_delivery (
-    event_id       bigint      NOT NULL REFERENCES aa_outbox_event (id) ON DELETE CASCADE,
+    -- No foreign key: a cascade would cost compaction a look-up per deleted
+    -- event. searchsync deletes the rows with their event (dispatch,
+    -- acknowledgement); compaction deletes dispatched events, which have none.
+    event_id       bigint      NOT NULL,
     consumer       text        NOT NULL,
     aggregate_type text        NOT NULL,
     aggregate_id   uuid,
