@@ -46,8 +46,9 @@ func (c *orderChecker) Deliver(_ context.Context, events []*outbox.Event) []sink
 			break
 		}
 	}
-	// A consumer that takes a moment, so that deliveries overlap.
-	time.Sleep(2 * time.Millisecond)
+	// A consumer that takes a moment, longer than a claim beside it even
+	// on a loaded machine, so that deliveries overlap.
+	time.Sleep(25 * time.Millisecond)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]sink.Outcome, len(events))
