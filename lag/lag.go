@@ -474,41 +474,34 @@ func (r *Reader) summarize(s *Snapshot, rw *raw) {
 			cl.Indexes = c.Search.Indexes
 		}
 		var owedOldest, delivOldest time.Time
-		for _, g := range rw.pending {
-			if g.split || !r.routed(c.Name, g.eventType, g.aggregateType) {
-				continue
-			}
-			cl.Pending += g.n
-			minTime(&owedOldest, g.oldest)
+		// owe counts n pending events the consumer still owes.
+		owe := func(n int64, oldest time.Time, blockedFor []string, ready bool) {
+			cl.Pending += n
+			minTime(&owedOldest, oldest)
 			switch {
-			case blocks(g.blockedFor, c.Name):
+			case blocks(blockedFor, c.Name):
 				// counted behind its head below
-			case g.ready:
-				cl.Deliverable += g.n
-				minTime(&delivOldest, g.oldest)
+			case ready:
+				cl.Deliverable += n
+				minTime(&delivOldest, oldest)
 			default:
 				// a head waiting for its retry, or an event without an
 				// aggregate doing so
-				cl.Blocked.BackingOff.Events += g.n
+				cl.Blocked.BackingOff.Events += n
+			}
+		}
+		for _, g := range rw.pending {
+			if !g.split && r.routed(c.Name, g.eventType, g.aggregateType) {
+				owe(g.n, g.oldest, g.blockedFor, g.ready)
 			}
 		}
 		for _, g := range rw.rows {
-			if g.consumer != c.Name {
-				continue
-			}
-			if g.state == "failed" {
-				cl.Failed += g.n
-				continue
-			}
-			cl.Pending += g.n
-			minTime(&owedOldest, g.oldest)
 			switch {
-			case blocks(g.blockedFor, c.Name):
-			case g.ready:
-				cl.Deliverable += g.n
-				minTime(&delivOldest, g.oldest)
+			case g.consumer != c.Name:
+			case g.state == "failed":
+				cl.Failed += g.n
 			default:
-				cl.Blocked.BackingOff.Events += g.n
+				owe(g.n, g.oldest, g.blockedFor, g.ready)
 			}
 		}
 		for _, g := range rw.failed {
