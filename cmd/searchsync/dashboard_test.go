@@ -200,22 +200,8 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	insert := `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error, created_at, available_at)
-		VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version":1}', $2, $3, $4, now() - $5::interval, now() - $5::interval)`
-	poisoned := uuid.New()
-	exec(insert, poisoned, "failed", 1, "search: mapper_parsing_exception", "2 hours")
-	exec(insert, poisoned, "pending", 0, nil, "2 hours")
-	for range 4 {
-		exec(insert, uuid.New(), "pending", 0, nil, "3 seconds")
-	}
-	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
-		VALUES ('crm-hook', 'paused', now() - interval '5 minutes', 'dial tcp 10.1.2.3:443: connection refused', 3)`)
+	stuck{poisonError: "search: mapper_parsing_exception", fresh: 4, freshAge: "3 seconds",
+		paused: "crm-hook", pausedFor: "5 minutes", pauseReason: "dial tcp 10.1.2.3:443: connection refused", probes: 3}.seed(t, db)
 	consumers := []config.Consumer{
 		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
 		{Name: "crm-hook", Type: "webhook"},
@@ -390,4 +376,38 @@ func customerIndex(t *testing.T, alias string) (string, string) {
 		}
 	})
 	return defs, pf
+}
+
+// stuck sets up, by SQL, an outbox with one poison head two hours old (and an
+// event behind it) among fresh pending events, and a paused consumer: the
+// state the lag figures must tell apart (deliverable vs blocked vs paused).
+type stuck struct {
+	poisonError string // last_error of the poison head
+	fresh       int    // fresh pending events, each its own aggregate
+	freshAge    string // their age, an SQL interval
+	paused      string // the paused consumer
+	pausedFor   string // since when, an SQL interval
+	pauseReason string
+	probes      int
+}
+
+func (s stuck) seed(t *testing.T, db *testenv.DB) {
+	t.Helper()
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	insert := `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error, created_at, available_at)
+		VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version":1}', $2, $3, $4, now() - $5::interval, now() - $5::interval)`
+	poisoned := uuid.New()
+	exec(insert, poisoned, "failed", 1, s.poisonError, "2 hours")
+	exec(insert, poisoned, "pending", 0, nil, "2 hours")
+	for range s.fresh {
+		exec(insert, uuid.New(), "pending", 0, nil, s.freshAge)
+	}
+	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
+		VALUES ($1, 'paused', now() - $2::interval, $3, $4)`, s.paused, s.pausedFor, s.pauseReason, s.probes)
 }

@@ -91,23 +91,8 @@ func contains(s string, subs ...string) bool {
 func TestStatusSeparatesLagFromWhatHoldsIt(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	insert := `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error, created_at, available_at)
-		VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version":1}', $2, $3, $4, now() - $5::interval, now() - $5::interval)`
-	poisoned := uuid.New()
-	exec(insert, poisoned, "failed", 1, "search: mapper_parsing_exception: failed to parse field [age] of type [long]", "2 hours")
-	exec(insert, poisoned, "pending", 0, nil, "2 hours")
-	for range 5 {
-		exec(insert, uuid.New(), "pending", 0, nil, "4 seconds")
-	}
-	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
-		VALUES ('hook', 'paused', now() - interval '3 minutes', 'Post "https://user:pw@hooks.example.net/in": dial tcp: connection refused', 7)`)
+	stuck{poisonError: "search: mapper_parsing_exception: failed to parse field [age] of type [long]", fresh: 5, freshAge: "4 seconds",
+		paused: "hook", pausedFor: "3 minutes", pauseReason: `Post "https://user:pw@hooks.example.net/in": dial tcp: connection refused`, probes: 7}.seed(t, db)
 
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
