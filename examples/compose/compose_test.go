@@ -23,7 +23,7 @@ type composeFile struct {
 	} `yaml:"services"`
 }
 
-func TestComposeFileParsesAndMatchesReadme(t *testing.T) {
+func TestComposeFileParsesAndMatchesItsPage(t *testing.T) {
 	data, err := os.ReadFile("../../compose.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -32,13 +32,13 @@ func TestComposeFileParsesAndMatchesReadme(t *testing.T) {
 	if err := yaml.Unmarshal(data, &c); err != nil {
 		t.Fatalf("compose.yaml: %v", err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/compose.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name := range c.Services {
-		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("README does not mention compose service %q", name)
+		if !strings.Contains(string(page), "`"+name+"`") {
+			t.Errorf("docs/compose.md does not mention compose service %q", name)
 		}
 	}
 	if !strings.HasPrefix(c.Services["postgres"].Image, "postgres:") {

@@ -1,5 +1,5 @@
 // Package compose holds the configuration baked into the relay image that
 // compose.yaml builds (searchsync.yaml); its test checks that compose.yaml
-// parses, names what the README says, and that the baked configuration is
+// parses, that docs/compose.md names every service, and that the baked configuration is
 // valid once compose supplies the environment.
 package compose
