@@ -319,19 +319,17 @@ func (l *leases) ready() (bool, string) {
 }
 
 // leave releases every lease and removes the instance row, so that the
-// others take over at once instead of after the TTL.
+// others take over at once instead of after the TTL. It releases by owner,
+// not by the partitions it knows of: an acquisition whose context the stop
+// cancelled may have taken leases in the database without hearing back, and
+// those too must be handed back.
 func (l *leases) leave(ctx context.Context) error {
 	l.mu.Lock()
-	parts, _ := l.ownedArrays()
 	clear(l.owned)
 	clear(l.releasing)
 	l.validUntil = time.Time{}
 	l.mu.Unlock()
-	ps := make([]int, len(parts))
-	for i, p := range parts {
-		ps[i] = int(p)
-	}
-	if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, ps); err != nil {
+	if _, err := l.pool.Exec(ctx, l.q.releaseAll, l.cfg.InstanceID); err != nil {
 		return fmt.Errorf("relay: release leases: %w", err)
 	}
 	if _, err := l.pool.Exec(ctx, l.q.leave, l.cfg.InstanceID); err != nil {

@@ -160,6 +160,15 @@ func (p *proc) kill9(t testing.TB) {
 	<-p.done
 }
 
+func (p *proc) healthy() bool {
+	resp, err := http.Get("http://" + p.listen + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 func (p *proc) ready() bool {
 	resp, err := http.Get("http://" + p.listen + "/readyz")
 	if err != nil {
@@ -277,12 +286,7 @@ func threeRelays(t *testing.T, killOne bool) {
 
 	// Every relay is alive and ready and shares the partitions.
 	for _, p := range procs {
-		resp, err := http.Get("http://" + p.listen + "/healthz")
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Errorf("%s /healthz: %v %v", p.name, err, resp)
-		} else {
-			resp.Body.Close()
-		}
+		testenv.Eventually(t, 20*time.Second, p.healthy, "%s /healthz answers 200", p.name)
 		testenv.Eventually(t, 20*time.Second, p.ready, "%s ready", p.name)
 	}
 	var owners int
