@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/compaction"
+	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
@@ -94,7 +95,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	if err != nil {
 		return err
 	}
-	rcfg.OnBatch = obs.metrics.ObserveBatch
+	rcfg.OnBatch = obs.observeBatch
 	r, err := relay.New(pool, rcfg)
 	if err != nil {
 		return err
@@ -172,6 +173,9 @@ func serveHTTP(ctx context.Context, srv *http.Server, ln net.Listener) error {
 	return err
 }
 
+// builtinExamples are the examples indexes.examples may name.
+var builtinExamples = search.Examples{"customer": customer.Register}
+
 // checkSchema refuses a schema that is not migrated to this binary's version.
 func checkSchema(ctx context.Context, db config.Database, logger *slog.Logger) error {
 	m, err := migrations.New(ctx, db.URL, db.Schema, logger)
@@ -225,7 +229,7 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		case "search":
-			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger,
+			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger, Examples: builtinExamples,
 				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}}, logger)
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
