@@ -86,7 +86,8 @@ type Outcome struct {
 	Suspect bool
 }
 
-// Ok, Retryf and Poisonf build outcomes.
+// Ok is a delivered event; Retryf, Poisonf and Unavailablef build the
+// failures.
 func Ok() Outcome { return Outcome{Kind: OK} }
 
 // Retryf is a transient failure.

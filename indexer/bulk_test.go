@@ -3,6 +3,7 @@ package indexer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -472,7 +473,7 @@ func TestWriterAddFlushesByCountAndInterval(t *testing.T) {
 	if err := w2.Close(c); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := w2.Add(c, op(idx, "late", 1, `{}`), record("late")); err != indexer.ErrWriterClosed {
+	if err := w2.Add(c, op(idx, "late", 1, `{}`), record("late")); !errors.Is(err, indexer.ErrWriterClosed) {
 		t.Errorf("Add after Close: %v", err)
 	}
 	w.Close(c)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -48,7 +49,7 @@ func (l *leases) prepare(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return fmt.Errorf("relay: instance %s runs with relay.partitions = %d, this one with %d; every relay of one database must use the same number (stop the others first to change it)", other, n, l.cfg.Partitions)
-	case err != pgx.ErrNoRows:
+	case !errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("relay: read relay instances in schema %q: %w", l.cfg.Schema, err)
 	}
 	if _, err := l.pool.Exec(ctx, l.q.trimPartitions, l.cfg.Partitions); err != nil {

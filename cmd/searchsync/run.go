@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -112,7 +113,9 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	if sched := compaction.NewScheduler(comp); cfg.Compaction.Interval >= 0 {
 		background = append(background, actor{name: "compaction scheduler", run: sched.Run})
 	} else {
-		sched.Run(ctx) // logs that the schedule is disabled and returns
+		if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
+			return err
+		}
 	}
 	if drift != nil {
 		obs.drift = drift.current
@@ -167,9 +170,11 @@ func serveHTTP(ctx context.Context, srv *http.Server, ln net.Listener) error {
 	defer cancel()
 	err := srv.Shutdown(shutCtx)
 	if err != nil {
-		srv.Close()
+		err = errors.Join(err, srv.Close())
 	}
-	<-served // http.ErrServerClosed
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
 	return err
 }
 
