@@ -112,10 +112,8 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	background := []actor{{name: "lag sampler", run: func(ctx context.Context) error { obs.sampler.Run(ctx); return nil }}}
 	if sched := compaction.NewScheduler(comp); cfg.Compaction.Interval >= 0 {
 		background = append(background, actor{name: "compaction scheduler", run: sched.Run})
-	} else {
-		if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
-			return err
-		}
+	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
+		return err
 	}
 	if drift != nil {
 		obs.drift = drift.current
