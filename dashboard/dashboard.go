@@ -72,7 +72,7 @@ func Handler(src Source) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(st)
+		_ = json.NewEncoder(w).Encode(st) // a failed write means the client went away: nothing to tell it
 	})
 	return mux
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // benchDocs returns n customer-like documents with ids and versions.
@@ -66,7 +66,7 @@ func BenchmarkWriter(b *testing.B) {
 		w := indexer.NewWriter(eng, indexer.WriterConfig{FlushCount: benchBatch, Concurrency: 2})
 		b.StartTimer()
 		for _, o := range w.Write(context.Background(), ops) {
-			if o.Kind != sink.OK {
+			if o.Kind != delivery.OK {
 				b.Fatalf("%+v", o)
 			}
 		}

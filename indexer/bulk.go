@@ -14,7 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/searchsync/searchsync/sink"
+	"github.com/searchsync/searchsync/delivery"
 )
 
 // WriterConfig configures a Writer. The zero value is usable: every field
@@ -93,7 +93,7 @@ func (c WriterConfig) withDefaults() WriterConfig {
 // cancelled), the engine's last answer for it, and how many requests
 // carried it.
 type Outcome struct {
-	sink.Outcome
+	delivery.Outcome
 	Result   BulkResult // zero when no item answer was received
 	Attempts int
 }
@@ -133,7 +133,7 @@ type WriterStats struct {
 // After a whole request failed so, the requests of the same Write not sent
 // yet are not sent: their ops are NotAttempted ("not sent: ..."), so that
 // an outage costs one request per Write. Before every request the writer
-// checks the relay's partition lease (sink.CheckLease): once it has passed
+// checks the relay's partition lease (delivery.CheckLease): once it has passed
 // nothing more is sent and the ops not yet sent are NotAttempted ("lease
 // deadline passed").
 type Writer struct {
@@ -211,7 +211,7 @@ func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
 	}
 	for i := range ops {
 		if reason := invalid(&ops[i]); reason != "" {
-			out[i] = Outcome{Outcome: sink.Poisonf("%s", reason)}
+			out[i] = Outcome{Outcome: delivery.Poisonf("%s", reason)}
 			w.stats.poison.Add(1)
 			continue
 		}
@@ -223,7 +223,7 @@ func (w *Writer) Write(ctx context.Context, ops []BulkOp) []Outcome {
 		size += n
 	}
 	flush()
-	g.Wait()
+	_ = g.Wait() // the sends return nil: their outcomes are in out
 	return out
 }
 
@@ -277,13 +277,13 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 		if reason := down.Load(); reason != nil && attempt == 1 {
 			// NotAttempted, not Unavailable: never sent, its attempts
 			// must not move whatever else the batch delivered.
-			w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: "not sent: an earlier request of this write failed: " + *reason}})
+			w.finish(out, pending, Outcome{Outcome: delivery.Outcome{Kind: delivery.NotAttempted, Reason: "not sent: an earlier request of this write failed: " + *reason}})
 			return
 		}
-		if err := sink.CheckLease(ctx); err != nil {
+		if err := delivery.CheckLease(ctx); err != nil {
 			if attempt == 1 {
 				// Nothing of it was sent: the relay leaves the rows as they are.
-				w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: fenced(err)}})
+				w.finish(out, pending, Outcome{Outcome: delivery.Outcome{Kind: delivery.NotAttempted, Reason: fenced(err)}})
 			} else {
 				w.giveUp(out, pending, attempt-1, fmt.Sprintf("(not retried: %s)", fenced(err)))
 			}
@@ -318,7 +318,7 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 				// deadline passed): the engine may or may not have
 				// applied it; the row stays as it is and the versioned
 				// redelivery is harmless.
-				w.finish(out, pending, Outcome{Outcome: sink.Outcome{Kind: sink.NotAttempted, Reason: "bulk interrupted: " + fenced(context.Cause(ctx))}, Attempts: attempt})
+				w.finish(out, pending, Outcome{Outcome: delivery.Outcome{Kind: delivery.NotAttempted, Reason: "bulk interrupted: " + fenced(context.Cause(ctx))}, Attempts: attempt})
 			case isEngine && ee.Status == http.StatusRequestEntityTooLarge && len(pending) > 1:
 				// Over http.max_content_length: halve until it fits (a
 				// single op that is still too large is poison).
@@ -328,7 +328,7 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 			case isEngine && !ee.Temporary() && ee.Status != http.StatusUnauthorized && ee.Status != http.StatusForbidden:
 				// The whole request was refused (not an item): nothing
 				// about it will change by retrying.
-				w.finish(out, pending, Outcome{Outcome: sink.Poisonf("%s", ee.Error()), Result: BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}, Attempts: attempt})
+				w.finish(out, pending, Outcome{Outcome: delivery.Poisonf("%s", ee.Error()), Result: BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}, Attempts: attempt})
 			default:
 				// No answer, the whole request answered 429/5xx/401/403,
 				// the wrong engine kind, an unreadable answer: the engine
@@ -337,7 +337,7 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 				if IsTransport(err) {
 					w.stats.transport.Add(1)
 				}
-				o := Outcome{Outcome: sink.Unavailablef("%v", err), Attempts: attempt}
+				o := Outcome{Outcome: delivery.Unavailablef("%v", err), Attempts: attempt}
 				if isEngine {
 					o.Result = BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}
 				}
@@ -386,7 +386,7 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 // fenced names why a delivery context ended: the relay's lease deadline, or
 // the context's own error.
 func fenced(err error) string {
-	if errors.Is(err, sink.ErrLeaseExpired) {
+	if errors.Is(err, delivery.ErrLeaseExpired) {
 		return "lease deadline passed"
 	}
 	if err == nil {
@@ -412,15 +412,15 @@ func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
 	}
 	n := int64(len(idx))
 	switch o.Kind {
-	case sink.OK:
+	case delivery.OK:
 		w.stats.ok.Add(n)
-	case sink.Stale:
+	case delivery.Stale:
 		w.stats.stale.Add(n)
-	case sink.Retry:
+	case delivery.Retry:
 		w.stats.retry.Add(n)
-	case sink.Unavailable:
+	case delivery.Unavailable:
 		w.stats.unavailable.Add(n)
-	case sink.Poison:
+	case delivery.Poison:
 		w.stats.poison.Add(n)
 	}
 }
@@ -445,38 +445,38 @@ func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
 //   - any other 4xx (mapper_parsing_exception, illegal_argument_exception,
 //     strict_dynamic_mapping_exception, …): Poison with the engine's type
 //     and reason.
-func Classify(op BulkOp, r BulkResult) sink.Outcome {
+func Classify(op BulkOp, r BulkResult) delivery.Outcome {
 	o, _ := classify(op, r)
 	return o
 }
 
 // classify is Classify, and whether the Writer retries the item itself.
-func classify(op BulkOp, r BulkResult) (o sink.Outcome, again bool) {
+func classify(op BulkOp, r BulkResult) (o delivery.Outcome, again bool) {
 	what := fmt.Sprintf("%s %s/%s v%d", op.Type, op.Index, op.ID, op.Version)
 	engineSaid := fmt.Sprintf("engine answered %d %s: %s", r.Status, r.ErrType, r.ErrReason)
 	switch {
 	case r.Status >= 200 && r.Status < 300:
-		return sink.Ok(), false
+		return delivery.Ok(), false
 	case r.Status == http.StatusNotFound && op.Type == OpDelete && r.ErrType == "":
-		return sink.Ok(), false
+		return delivery.Ok(), false
 	case r.Status == http.StatusConflict:
-		return sink.Outcome{Kind: sink.Stale, Reason: what + ": " + engineSaid}, false
+		return delivery.Outcome{Kind: delivery.Stale, Reason: what + ": " + engineSaid}, false
 	case r.ErrType == "cluster_block_exception":
-		return sink.Unavailablef("cluster block on %s: %s (%s)", op.Index, engineSaid, what), false
+		return delivery.Unavailablef("cluster block on %s: %s (%s)", op.Index, engineSaid, what), false
 	case r.ErrType == "index_not_found_exception":
-		return sink.Unavailablef("index %s missing: %s (%s)", op.Index, engineSaid, what), false
+		return delivery.Unavailablef("index %s missing: %s (%s)", op.Index, engineSaid, what), false
 	case r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
-		return sink.Unavailablef("not authorized to write %s: %s (%s)", op.Index, engineSaid, what), false
+		return delivery.Unavailablef("not authorized to write %s: %s (%s)", op.Index, engineSaid, what), false
 	case r.Status == http.StatusTooManyRequests:
-		return sink.Unavailablef("engine overloaded: %s (%s)", engineSaid, what), true
+		return delivery.Unavailablef("engine overloaded: %s (%s)", engineSaid, what), true
 	case r.ErrType == "unavailable_shards_exception":
-		return sink.Unavailablef("index %s not available: %s (%s)", op.Index, engineSaid, what), false
+		return delivery.Unavailablef("index %s not available: %s (%s)", op.Index, engineSaid, what), false
 	case r.Status >= 500:
-		return sink.Retryf("%s: %s", what, engineSaid), true
+		return delivery.Retryf("%s: %s", what, engineSaid), true
 	case r.Status == 0:
-		return sink.Retryf("%s: no item answer", what), false
+		return delivery.Retryf("%s: no item answer", what), false
 	default:
-		return sink.Poisonf("%s: %s", what, engineSaid), false
+		return delivery.Poisonf("%s: %s", what, engineSaid), false
 	}
 }
 

@@ -3,6 +3,7 @@ package indexer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,11 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/indexer/enginetest"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 )
 
 const testDefinition = `{"settings":{"index":{"number_of_shards":1,"number_of_replicas":0}},
@@ -47,8 +48,8 @@ func op(idx, id string, v int64, doc string) indexer.BulkOp {
 	return indexer.BulkOp{Type: indexer.OpIndex, Index: idx, ID: id, Version: v, Doc: json.RawMessage(doc)}
 }
 
-func kinds(outs []indexer.Outcome) []sink.Kind {
-	k := make([]sink.Kind, len(outs))
+func kinds(outs []indexer.Outcome) []delivery.Kind {
+	k := make([]delivery.Kind, len(outs))
 	for i, o := range outs {
 		k[i] = o.Kind
 	}
@@ -61,7 +62,7 @@ func TestWriterClassifiesEveryItem(t *testing.T) {
 	eng := newOpenSearch(t, testenv.EngineURL(t))
 	idx := testIndex(t, eng)
 	w := indexer.NewWriter(eng, indexer.WriterConfig{FlushCount: 2})
-	if outs := w.Write(c, []indexer.BulkOp{op(idx, "a", 5, `{"age":1}`)}); outs[0].Kind != sink.OK {
+	if outs := w.Write(c, []indexer.BulkOp{op(idx, "a", 5, `{"age":1}`)}); outs[0].Kind != delivery.OK {
 		t.Fatalf("first write: %+v", outs[0])
 	}
 	ops := []indexer.BulkOp{
@@ -74,7 +75,7 @@ func TestWriterClassifiesEveryItem(t *testing.T) {
 		op(idx, "e", 1, `{"age":3}`),                               // ok
 	}
 	outs := w.Write(c, ops)
-	want := []sink.Kind{sink.OK, sink.Stale, sink.Poison, sink.Poison, sink.OK, sink.Poison, sink.OK}
+	want := []delivery.Kind{delivery.OK, delivery.Stale, delivery.Poison, delivery.Poison, delivery.OK, delivery.Poison, delivery.OK}
 	for i := range want {
 		if outs[i].Kind != want[i] {
 			t.Errorf("op %d: %+v; want %s", i, outs[i], want[i])
@@ -107,7 +108,7 @@ func TestWriterSplitsByBytes(t *testing.T) {
 		ops = append(ops, op(idx, fmt.Sprint(i), 1, big))
 	}
 	for i, o := range w.Write(tctx(t), ops) {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Errorf("op %d: %+v", i, o)
 		}
 	}
@@ -147,7 +148,7 @@ func TestWriterBlockedItemsAreUnavailable(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Write took %s; a block must be reported at once", d)
 	}
-	if got := kinds(outs); got[0] != sink.OK || got[1] != sink.Unavailable || got[2] != sink.OK {
+	if got := kinds(outs); got[0] != delivery.OK || got[1] != delivery.Unavailable || got[2] != delivery.OK {
 		t.Fatalf("outcomes = %+v", outs)
 	}
 	if o := outs[1]; o.Attempts != 1 || !strings.Contains(o.Reason, "cluster block on "+blocked) || !strings.Contains(o.Reason, "cluster_block_exception") {
@@ -215,7 +216,7 @@ func TestWriterRetriesRejectedItemsAlone(t *testing.T) {
 			w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 10 * time.Millisecond, RetryElapsed: 30 * time.Second})
 			outs := w.Write(tctx(t), []indexer.BulkOp{op(free, "1", 1, `{}`), op(busy, "2", 1, `{}`), op(free, "3", 1, `{}`), op(busy, "4", 1, `{}`)})
 			for i, o := range outs {
-				if o.Kind != sink.OK {
+				if o.Kind != delivery.OK {
 					t.Errorf("op %d: %+v; want OK", i, o)
 				}
 			}
@@ -237,8 +238,8 @@ func TestWriterGivesUpWithTheLastOutcome(t *testing.T) {
 	for _, tc := range []struct {
 		status  int
 		errType string
-		want    sink.Kind
-	}{{429, "es_rejected_execution_exception", sink.Unavailable}, {503, "illegal_state_exception", sink.Retry}} {
+		want    delivery.Kind
+	}{{429, "es_rejected_execution_exception", delivery.Unavailable}, {503, "illegal_state_exception", delivery.Retry}} {
 		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
 			t.Parallel()
 			real := newOpenSearch(t, testenv.EngineURL(t))
@@ -264,7 +265,7 @@ func TestWriterEngineDown(t *testing.T) {
 	start := time.Now()
 	outs := w.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`), op("x", "2", 1, `{}`)})
 	for i, o := range outs {
-		if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "unreachable") || o.Attempts != 1 {
+		if o.Kind != delivery.Unavailable || !strings.Contains(o.Reason, "unreachable") || o.Attempts != 1 {
 			t.Errorf("op %d: %+v; want Unavailable at once, engine unreachable", i, o)
 		}
 	}
@@ -279,11 +280,11 @@ func TestWriterEngineDown(t *testing.T) {
 	// not sent (NotAttempted, with the reason).
 	w1 := indexer.NewWriter(eng, indexer.WriterConfig{FlushCount: 1, Concurrency: 1})
 	outs = w1.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`), op("x", "2", 1, `{}`), op("x", "3", 1, `{}`)})
-	if outs[0].Kind != sink.Unavailable {
+	if outs[0].Kind != delivery.Unavailable {
 		t.Errorf("first request: %+v; want Unavailable", outs[0])
 	}
 	for i, o := range outs[1:] {
-		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not sent: an earlier request of this write failed: ") || o.Attempts != 0 {
+		if o.Kind != delivery.NotAttempted || !strings.HasPrefix(o.Reason, "not sent: an earlier request of this write failed: ") || o.Attempts != 0 {
 			t.Errorf("op %d: %+v; want NotAttempted, not sent", i+1, o)
 		}
 	}
@@ -294,7 +295,7 @@ func TestWriterEngineDown(t *testing.T) {
 	// A cancelled context: nothing is sent.
 	cc, cancel := context.WithCancel(context.Background())
 	cancel()
-	if outs := w.Write(cc, []indexer.BulkOp{op("x", "1", 1, `{}`)}); outs[0].Kind != sink.NotAttempted {
+	if outs := w.Write(cc, []indexer.BulkOp{op("x", "1", 1, `{}`)}); outs[0].Kind != delivery.NotAttempted {
 		t.Errorf("cancelled: %+v; want NotAttempted", outs[0])
 	}
 }
@@ -337,7 +338,7 @@ func TestWriterHungEngineIsUnavailable(t *testing.T) {
 	w := indexer.NewWriter(eng, indexer.WriterConfig{RequestTimeout: 300 * time.Millisecond})
 	start := time.Now()
 	o := w.Write(tctx(t), []indexer.BulkOp{op("x", "1", 1, `{}`)})[0]
-	if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "opensearch bulk of 1 ops: engine unreachable: no answer within 300ms") {
+	if o.Kind != delivery.Unavailable || !strings.Contains(o.Reason, "opensearch bulk of 1 ops: engine unreachable: no answer within 300ms") {
 		t.Errorf("outcome %+v; want Unavailable, no answer within 300ms", o)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -345,13 +346,13 @@ func TestWriterHungEngineIsUnavailable(t *testing.T) {
 	}
 }
 
-// lease is a test sink.Lease whose deadline has passed when expired is set.
+// lease is a test delivery.Lease whose deadline has passed when expired is set.
 type lease struct{ expired atomic.Bool }
 
 func (l *lease) Token(*outbox.Event) (int, int64, bool) { return 0, 1, true }
 func (l *lease) Check() error {
 	if l.expired.Load() {
-		return sink.ErrLeaseExpired
+		return delivery.ErrLeaseExpired
 	}
 	return nil
 }
@@ -364,13 +365,13 @@ func TestWriterChecksTheLease(t *testing.T) {
 	idx := testIndex(t, eng)
 	w := indexer.NewWriter(eng, indexer.WriterConfig{})
 	l := &lease{}
-	ctx := sink.WithLease(tctx(t), l)
-	if o := w.Write(ctx, []indexer.BulkOp{op(idx, "1", 1, `{}`)})[0]; o.Kind != sink.OK {
+	ctx := delivery.WithLease(tctx(t), l)
+	if o := w.Write(ctx, []indexer.BulkOp{op(idx, "1", 1, `{}`)})[0]; o.Kind != delivery.OK {
 		t.Fatalf("with a valid lease: %+v", o)
 	}
 	l.expired.Store(true)
 	for i, o := range w.Write(ctx, []indexer.BulkOp{op(idx, "2", 1, `{}`), op(idx, "3", 1, `{}`)}) {
-		if o.Kind != sink.NotAttempted || o.Reason != "lease deadline passed" || o.Attempts != 0 {
+		if o.Kind != delivery.NotAttempted || o.Reason != "lease deadline passed" || o.Attempts != 0 {
 			t.Errorf("op %d after the lease deadline: %+v; want NotAttempted, lease deadline passed", i, o)
 		}
 	}
@@ -414,12 +415,12 @@ func TestWriterTransportFailureIsUnavailable(t *testing.T) {
 	w := indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: 10 * time.Millisecond, RetryElapsed: 10 * time.Second})
 	ops := []indexer.BulkOp{op(idx, "1", 1, `{}`), op(idx, "2", 1, `{}`)}
 	for i, o := range w.Write(tctx(t), ops) {
-		if o.Kind != sink.Unavailable || o.Attempts != 1 {
+		if o.Kind != delivery.Unavailable || o.Attempts != 1 {
 			t.Errorf("op %d: %+v; want Unavailable at the first attempt", i, o)
 		}
 	}
 	for i, o := range w.Write(tctx(t), ops) {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Errorf("op %d, written again: %+v; want OK", i, o)
 		}
 	}
@@ -456,7 +457,7 @@ func TestWriterAddFlushesByCountAndInterval(t *testing.T) {
 	w2.Add(c, op(idx, "i1", 1, `{"age":"x"}`), record("i1"))
 	testenv.Eventually(t, 10*time.Second, func() bool { return count() == 5 }, "2 ops sent by interval")
 	mu.Lock()
-	if got["i0"].Kind != sink.OK || got["i1"].Kind != sink.Poison || got["c2"].Kind != sink.OK {
+	if got["i0"].Kind != delivery.OK || got["i1"].Kind != delivery.Poison || got["c2"].Kind != delivery.OK {
 		t.Errorf("outcomes %+v", got)
 	}
 	mu.Unlock()
@@ -472,7 +473,7 @@ func TestWriterAddFlushesByCountAndInterval(t *testing.T) {
 	if err := w2.Close(c); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := w2.Add(c, op(idx, "late", 1, `{}`), record("late")); err != indexer.ErrWriterClosed {
+	if err := w2.Add(c, op(idx, "late", 1, `{}`), record("late")); !errors.Is(err, indexer.ErrWriterClosed) {
 		t.Errorf("Add after Close: %v", err)
 	}
 	w.Close(c)
@@ -485,25 +486,25 @@ func TestClassify(t *testing.T) {
 	for _, c := range []struct {
 		op   indexer.BulkOp
 		r    indexer.BulkResult
-		want sink.Kind
+		want delivery.Kind
 	}{
-		{idx, indexer.BulkResult{Status: 201}, sink.OK},
-		{idx, indexer.BulkResult{Status: 200}, sink.OK},
-		{dl, indexer.BulkResult{Status: 404, Result: "not_found"}, sink.OK},
-		{idx, indexer.BulkResult{Status: 404, ErrType: "index_not_found_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 409, ErrType: "version_conflict_engine_exception"}, sink.Stale},
-		{idx, indexer.BulkResult{Status: 429, ErrType: "es_rejected_execution_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 429, ErrType: "cluster_block_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 503, ErrType: "unavailable_shards_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 500, ErrType: "illegal_state_exception"}, sink.Retry},
-		{idx, indexer.BulkResult{Status: 503, ErrType: "node_closed_exception"}, sink.Retry},
-		{idx, indexer.BulkResult{Status: 0}, sink.Retry},
-		{idx, indexer.BulkResult{Status: 403, ErrType: "cluster_block_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 403, ErrType: "security_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 401, ErrType: "security_exception"}, sink.Unavailable},
-		{idx, indexer.BulkResult{Status: 400, ErrType: "mapper_parsing_exception"}, sink.Poison},
-		{idx, indexer.BulkResult{Status: 400, ErrType: "illegal_argument_exception"}, sink.Poison},
-		{idx, indexer.BulkResult{Status: 400, ErrType: "strict_dynamic_mapping_exception"}, sink.Poison},
+		{idx, indexer.BulkResult{Status: 201}, delivery.OK},
+		{idx, indexer.BulkResult{Status: 200}, delivery.OK},
+		{dl, indexer.BulkResult{Status: 404, Result: "not_found"}, delivery.OK},
+		{idx, indexer.BulkResult{Status: 404, ErrType: "index_not_found_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 409, ErrType: "version_conflict_engine_exception"}, delivery.Stale},
+		{idx, indexer.BulkResult{Status: 429, ErrType: "es_rejected_execution_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 429, ErrType: "cluster_block_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 503, ErrType: "unavailable_shards_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 500, ErrType: "illegal_state_exception"}, delivery.Retry},
+		{idx, indexer.BulkResult{Status: 503, ErrType: "node_closed_exception"}, delivery.Retry},
+		{idx, indexer.BulkResult{Status: 0}, delivery.Retry},
+		{idx, indexer.BulkResult{Status: 403, ErrType: "cluster_block_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 403, ErrType: "security_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 401, ErrType: "security_exception"}, delivery.Unavailable},
+		{idx, indexer.BulkResult{Status: 400, ErrType: "mapper_parsing_exception"}, delivery.Poison},
+		{idx, indexer.BulkResult{Status: 400, ErrType: "illegal_argument_exception"}, delivery.Poison},
+		{idx, indexer.BulkResult{Status: 400, ErrType: "strict_dynamic_mapping_exception"}, delivery.Poison},
 	} {
 		if got := indexer.Classify(c.op, c.r); got.Kind != c.want {
 			t.Errorf("Classify(%s, %+v) = %s; want %s", c.op.Type, c.r, got.Kind, c.want)
@@ -545,11 +546,11 @@ func TestWriterSplitsTooLargeRequests(t *testing.T) {
 	ops = append(ops, op(idx, "huge", 1, `{"name":"`+strings.Repeat("z", 2000)+`"}`))
 	outs := w.Write(tctx(t), ops)
 	for i, o := range outs[:8] {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Errorf("op %d: %+v", i, o)
 		}
 	}
-	if o := outs[8]; o.Kind != sink.Poison || o.Result.Status != 413 {
+	if o := outs[8]; o.Kind != delivery.Poison || o.Result.Status != 413 {
 		t.Errorf("huge op: %+v; want Poison 413", o)
 	}
 }

@@ -14,7 +14,7 @@
 // is reported once and promptly. The Writer retries only the failing items
 // of an answered request (429 rejected execution, 5xx) for a few seconds;
 // a failure of the engine as a whole (no answer, the whole request refused,
-// a cluster block, a missing index) is sink.Unavailable at once, the relay
+// a cluster block, a missing index) is delivery.Unavailable at once, the relay
 // pauses the search consumer and probes it (Engine.Ping and
 // Engine.WriteBlocks) until it can write again. docs/outages.md has the
 // whole table.

@@ -184,7 +184,7 @@ func Parse(source string, data []byte) (*Def, error) {
 		err = yaml.UnmarshalWithOptions(data, &d, yaml.Strict(), yaml.DisallowUnknownField(), yaml.UseJSONUnmarshaler())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("index definition %s: %v", source, err)
+		return nil, fmt.Errorf("index definition %s: %w", source, err)
 	}
 	d.setDefaults(source)
 	if err := d.check(); err != nil {

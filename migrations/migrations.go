@@ -5,8 +5,11 @@
 // schema, so the files themselves name no schema.
 //
 // Up is idempotent and safe to run from several processes at once (a PostgreSQL
-// advisory lock serialises them); it refuses a database that a newer searchsync
-// already migrated.
+// session advisory lock, one per schema, serialises them); it refuses a
+// database that a newer searchsync already migrated. Check, which every
+// `searchsync run` calls at start-up, reads the recorded version without that
+// lock, so relays starting together (or beside a migration of another schema)
+// never wait for each other.
 package migrations
 
 import (
@@ -15,10 +18,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
@@ -47,7 +52,18 @@ type Status struct {
 type Migrator struct {
 	db       *sql.DB
 	schema   string
+	store    database.Store
 	provider *goose.Provider
+}
+
+// lockID is the advisory lock that serialises the migrations of one schema:
+// goose's default id is one for the whole database, which made the
+// migrations of unrelated schemas (every test's, every tenant's) queue
+// behind each other.
+func lockID(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("searchsync migrations\x00" + schema))
+	return int64(h.Sum64() &^ (1 << 63))
 }
 
 // New opens a migrator for the database at url and the given schema. The schema
@@ -78,7 +94,8 @@ func New(ctx context.Context, url, schema string, logger *slog.Logger) (*Migrato
 		db.Close()
 		return nil, err
 	}
-	locker, err := lock.NewPostgresSessionLocker()
+	// Retried every second (goose's default is every 5s) for 5 minutes.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(schema)), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -92,7 +109,7 @@ func New(ctx context.Context, url, schema string, logger *slog.Logger) (*Migrato
 		db.Close()
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return &Migrator{db: db, schema: schema, provider: p}, nil
+	return &Migrator{db: db, schema: schema, store: store, provider: p}, nil
 }
 
 // Close releases the migrator's connections.
@@ -104,9 +121,25 @@ func (m *Migrator) Latest() int64 {
 	return src[len(src)-1].Version
 }
 
+// version reads the highest recorded version without the migration lock
+// (goose's GetDBVersion takes it, and retries it only every few seconds). A
+// schema without the version table is at version 0. A migration running
+// meanwhile is seen as not applied yet (its transaction has not committed).
+func (m *Migrator) version(ctx context.Context) (int64, error) {
+	v, err := m.store.GetLatestVersion(ctx, m.db)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01", errors.Is(err, database.ErrVersionNotFound): // undefined_table
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return v, nil
+}
+
 // checkNotNewer refuses a database migrated past what this binary knows.
 func (m *Migrator) checkNotNewer(ctx context.Context) (int64, error) {
-	current, err := m.provider.GetDBVersion(ctx)
+	current, err := m.version(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("migrations: read version of schema %q: %w", m.schema, err)
 	}

@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"path"
@@ -531,7 +532,7 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 			return nil, poison(e, p.Name, "go function %q is not registered", p.Go)
 		}
 		if err := p.fn(&Input{Event: e, Payload: payload}, out); err != nil {
-			if pe, ok := err.(*PoisonError); ok {
+			if pe, ok := errors.AsType[*PoisonError](err); ok {
 				return nil, pe
 			}
 			return nil, poison(e, p.Name, "go function %s: %v", p.Go, err)

@@ -117,7 +117,9 @@ func (c *consumers) pause(ctx context.Context, ci int, reason string, retryAfter
 		cfg.Pause.ProbeMax.Milliseconds(), cfg.InstanceID, retryAfter.Milliseconds()); err != nil {
 		cfg.Logger.Warn("relay: record consumer pause", "consumer", c.name(ci), "error", err)
 	}
-	c.refresh(pctx)
+	if err := c.refresh(pctx); err != nil && pctx.Err() == nil {
+		cfg.Logger.Debug("relay: read consumer states", "error", err)
+	}
 }
 
 // resume sets consumer ci running (its probe or a delivery succeeded) and

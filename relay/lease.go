@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -48,7 +49,7 @@ func (l *leases) prepare(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return fmt.Errorf("relay: instance %s runs with relay.partitions = %d, this one with %d; every relay of one database must use the same number (stop the others first to change it)", other, n, l.cfg.Partitions)
-	case err != pgx.ErrNoRows:
+	case !errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("relay: read relay instances in schema %q: %w", l.cfg.Schema, err)
 	}
 	if _, err := l.pool.Exec(ctx, l.q.trimPartitions, l.cfg.Partitions); err != nil {
@@ -319,19 +320,17 @@ func (l *leases) ready() (bool, string) {
 }
 
 // leave releases every lease and removes the instance row, so that the
-// others take over at once instead of after the TTL.
+// others take over at once instead of after the TTL. It releases by owner,
+// not by the partitions it knows of: an acquisition whose context the stop
+// cancelled may have taken leases in the database without hearing back, and
+// those too must be handed back.
 func (l *leases) leave(ctx context.Context) error {
 	l.mu.Lock()
-	parts, _ := l.ownedArrays()
 	clear(l.owned)
 	clear(l.releasing)
 	l.validUntil = time.Time{}
 	l.mu.Unlock()
-	ps := make([]int, len(parts))
-	for i, p := range parts {
-		ps[i] = int(p)
-	}
-	if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, ps); err != nil {
+	if _, err := l.pool.Exec(ctx, l.q.releaseAll, l.cfg.InstanceID); err != nil {
 		return fmt.Errorf("relay: release leases: %w", err)
 	}
 	if _, err := l.pool.Exec(ctx, l.q.leave, l.cfg.InstanceID); err != nil {

@@ -89,6 +89,7 @@ type proc struct {
 	done   chan struct{}
 	err    error
 	listen string
+	start  time.Time
 }
 
 type syncBuffer struct {
@@ -112,7 +113,7 @@ func startProc(t testing.TB, name, cfgPath, listen string, args ...string) *proc
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, cmd: cmd, log: &log.Buffer, done: make(chan struct{}), listen: listen}
+	p := &proc{name: name, cmd: cmd, log: &log.Buffer, done: make(chan struct{}), listen: listen, start: time.Now()}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -158,6 +159,15 @@ func (p *proc) kill9(t testing.TB) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+func (p *proc) healthy() bool {
+	resp, err := http.Get("http://" + p.listen + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func (p *proc) ready() bool {
@@ -233,6 +243,14 @@ func threeRelays(t *testing.T, killOne bool) {
 		listen := testenv.FreeAddr(t)
 		procs[i] = startProc(t, fmt.Sprintf("relay-%d", i), writeConfig(t, db.URL, db.Schema, rc.URL, listen, ""), listen)
 	}
+	// Start-up must not wait on another relay (or on another schema's
+	// migration): each answers /healthz within seconds of its start.
+	var ups []string
+	for _, p := range procs {
+		testenv.Eventually(t, 30*time.Second, p.healthy, "%s /healthz answers 200 after its start", p.name)
+		ups = append(ups, time.Since(p.start).Round(time.Millisecond).String())
+	}
+	t.Logf("start → /healthz 200 per relay: %v", ups)
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
@@ -277,12 +295,7 @@ func threeRelays(t *testing.T, killOne bool) {
 
 	// Every relay is alive and ready and shares the partitions.
 	for _, p := range procs {
-		resp, err := http.Get("http://" + p.listen + "/healthz")
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Errorf("%s /healthz: %v %v", p.name, err, resp)
-		} else {
-			resp.Body.Close()
-		}
+		testenv.Eventually(t, 20*time.Second, p.healthy, "%s /healthz answers 200", p.name)
 		testenv.Eventually(t, 20*time.Second, p.ready, "%s ready", p.name)
 	}
 	var owners int

@@ -278,6 +278,11 @@ RETURNING l.partition, l.epoch`
 	releaseSQL = `UPDATE {s}.aa_relay_lease SET owner = NULL, expires_at = '-infinity'
 WHERE owner = $1 AND partition = ANY($2::int[])`
 
+	// releaseAllSQL hands back every lease the instance owns in the
+	// database, including one an acquisition took whose answer never
+	// reached it (its context was cancelled by the stop mid-query).
+	releaseAllSQL = `UPDATE {s}.aa_relay_lease SET owner = NULL, expires_at = '-infinity' WHERE owner = $1`
+
 	leaveSQL = `DELETE FROM {s}.aa_relay_instance WHERE id = $1`
 )
 
@@ -287,6 +292,7 @@ type queries struct {
 	claimAllBehind, claimOwnedBehind                      string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
+	releaseAll                                            string
 	pause, resume, consumerStates, releaseHeld            string
 }
 
@@ -329,6 +335,7 @@ func newQueries(schema string, partitions, batch int) queries {
 		acquire:             r.Replace(acquireSQL),
 		release:             r.Replace(releaseSQL),
 		leave:               r.Replace(leaveSQL),
+		releaseAll:          r.Replace(releaseAllSQL),
 		pause:               r.Replace(pauseSQL),
 		resume:              r.Replace(resumeSQL),
 		consumerStates:      r.Replace(consumerStatesSQL),

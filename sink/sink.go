@@ -1,7 +1,10 @@
 // Package sink defines the contract between the relay and every consumer of
 // the outbox (webhooks, NATS JetStream, the search engine): a consumer takes a
 // batch of events and gives one Outcome per event. The relay decides what an
-// outcome does to the row (dispatched, retry with backoff, failed).
+// outcome does to the row (dispatched, retry with backoff, failed). The
+// outcome and the lease fence are defined in package delivery (so that the
+// engine layer below, indexer, can speak them without importing sink) and
+// aliased here.
 //
 // Sub-packages implement consumers; sinktest holds the contract suite every
 // consumer must pass.
@@ -11,102 +14,37 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/outbox"
 )
 
-// Kind is what happened to one event at one consumer.
-type Kind int
+// Kind is what happened to one event at one consumer (see delivery.Kind).
+type Kind = delivery.Kind
 
+// The kinds of outcome; delivery documents each.
 const (
-	// NotAttempted: the consumer did not try the event (an earlier event of
-	// its aggregate in the same batch did not succeed, or the batch was
-	// cancelled). The relay leaves the row as it is.
-	NotAttempted Kind = iota
-	// OK: delivered.
-	OK
-	// Stale: the consumer already holds this or a newer version (a 409
-	// version conflict); counts as delivered.
-	Stale
-	// Retry: a failure of this event that another try may fix (an item
-	// answered 5xx while its neighbours were written); the relay adds an
-	// attempt and retries with backoff until the attempts run out.
-	Retry
-	// Poison: retrying cannot help (a mapping rejection, a payload without a
-	// version, an unknown schema_version, a 4xx); the event becomes failed.
-	Poison
-	// Unavailable: the consumer as a whole cannot deliver now (connection
-	// refused or reset, DNS, TLS handshake, timeout, the whole request
-	// answered 429/5xx, a cluster block, a missing index or alias, NATS
-	// without JetStream). It is not the event's fault: when the consumer
-	// delivered nothing else in the batch the relay pauses the consumer and
-	// probes it; the event's attempts do not move. When the consumer did
-	// deliver other events of the batch (the outage began mid-batch, one
-	// index of several is blocked) the event is tried again shortly, still
-	// without an attempt — unless the outcome is Suspect.
-	Unavailable
+	NotAttempted = delivery.NotAttempted
+	OK           = delivery.OK
+	Stale        = delivery.Stale
+	Retry        = delivery.Retry
+	Poison       = delivery.Poison
+	Unavailable  = delivery.Unavailable
 )
 
-func (k Kind) String() string {
-	switch k {
-	case OK:
-		return "ok"
-	case Stale:
-		return "stale"
-	case Retry:
-		return "retry"
-	case Poison:
-		return "poison"
-	case Unavailable:
-		return "unavailable"
-	default:
-		return "not_attempted"
-	}
-}
+// Outcome is the result for one event (see delivery.Outcome).
+type Outcome = delivery.Outcome
 
-// Delivered reports whether the kind counts as a successful delivery.
-func (k Kind) Delivered() bool { return k == OK || k == Stale }
-
-// Outcome is the result for one event. Reason says what the consumer or the
-// remote end said; the relay writes it to last_error prefixed by the
-// consumer's name.
-type Outcome struct {
-	Kind   Kind
-	Reason string
-	// RetryAfter, for Retry and Unavailable, is how long the remote end asked
-	// to be left alone (an HTTP Retry-After); the relay waits at least this
-	// long before the next try or probe, and longer when its own backoff
-	// says so. Zero: the relay's backoff alone.
-	RetryAfter time.Duration
-	// Suspect, for Unavailable, says the answer may be about this event
-	// rather than the whole consumer (an endpoint's HTTP 500 to one request):
-	// when the consumer delivered other events of the batch, the relay
-	// counts it as the event's Retry, so that an event that alone keeps
-	// failing ends failed after max_attempts.
-	Suspect bool
-}
-
-// Ok, Retryf and Poisonf build outcomes.
-func Ok() Outcome { return Outcome{Kind: OK} }
-
-// Retryf is a transient failure.
-func Retryf(format string, args ...any) Outcome {
-	return Outcome{Kind: Retry, Reason: fmt.Sprintf(format, args...)}
-}
-
-// Poisonf is a permanent failure.
-func Poisonf(format string, args ...any) Outcome {
-	return Outcome{Kind: Poison, Reason: fmt.Sprintf(format, args...)}
-}
-
-// Unavailablef is a consumer-wide failure (see Unavailable).
-func Unavailablef(format string, args ...any) Outcome {
-	return Outcome{Kind: Unavailable, Reason: fmt.Sprintf(format, args...)}
-}
+// Ok, Retryf, Poisonf and Unavailablef build outcomes (see delivery).
+var (
+	Ok           = delivery.Ok
+	Retryf       = delivery.Retryf
+	Poisonf      = delivery.Poisonf
+	Unavailablef = delivery.Unavailablef
+)
 
 // Consumer delivers events somewhere.
 //

@@ -55,7 +55,7 @@ func startRelay(t *testing.T, cfgFile, addr string) *exec.Cmd {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == http.StatusOK
 	}, "relay never became ready")
 	return cmd
 }

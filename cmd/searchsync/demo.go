@@ -56,11 +56,11 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 		e.logger.Info("demo: load generator stopped", "events_written", n)
 		loadDone <- err
 	}()
-	err = runRelay(ctx, e, connectTimeout, func(addr string) {
+	err = runRelay(ctx, e, connectTimeout, runHooks{onServing: func(addr string) {
 		fmt.Fprintf(os.Stderr, "\n  searchsync demo: %d customer events/s (creates, partial updates, deletes, bursts of %d)\n"+
 			"  dashboard:  http://%s/\n  metrics:    http://%s/metrics\n  status:     searchsync status\n"+
 			"  search:     searchsync search customers 'Lovelace'\n  stop:       Ctrl-C\n\n", c.Rate, c.BurstSize, addr, addr)
-	})
+	}})
 	if ctx.Err() != nil {
 		return nil // Ctrl-C is how the demo ends
 	}

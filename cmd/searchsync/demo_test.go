@@ -67,7 +67,7 @@ func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 		return dispatched >= 300
 	}, "demo dispatched only %d events", dispatched)
 	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("demo relay not ready: %v %v", err, resp)
 	}
 	resp.Body.Close()

@@ -6,12 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/reindex"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -74,21 +71,12 @@ func (w *driftWatcher) check(ctx context.Context) []string {
 	return msgs
 }
 
-// run re-checks every interval until ctx ends; with a pool it also deletes
-// the old indexes of finished reindexes whose keep time has passed
-// (reindex.Cleanup, the same as `searchsync reindex cleanup`).
-func (w *driftWatcher) run(ctx context.Context, interval time.Duration, pool *pgxpool.Pool) {
+// run re-checks every interval until ctx ends.
+func (w *driftWatcher) run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		w.check(ctx)
-		if pool != nil {
-			if gone, err := reindex.Cleanup(ctx, pool, w.eng, time.Now(), w.logger); err != nil && ctx.Err() == nil {
-				w.logger.Warn("reindex cleanup failed", "err", err)
-			} else if len(gone) > 0 {
-				w.logger.Info("reindex cleanup: deleted old indexes", "count", len(gone))
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return

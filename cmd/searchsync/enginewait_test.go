@@ -101,7 +101,7 @@ routes:
 		return st == "dispatched"
 	}, "event not delivered after the engine came")
 	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("readyz after the engine came: %v %v", err, resp)
 	}
 	resp.Body.Close()

@@ -1,5 +1,22 @@
 // Command searchsync keeps Elasticsearch and OpenSearch indexes in step with a
 // PostgreSQL transactional outbox. Run `searchsync --help` for the commands.
+//
+// `searchsync run` supervises its actors (supervise.go): the relay, the
+// background jobs (lag sampler, compaction scheduler, drift watcher, reindex
+// janitor) and the HTTP server. On SIGTERM/SIGINT it stops them in order:
+// /readyz answers 503 at once; the relay stops claiming, finishes the
+// batches in flight (for at most 10s, relay.Config.ShutdownGrace; then their
+// events are delivered again later) and hands back its leases; then the
+// background jobs stop, then the HTTP server; the consumers and the pool are
+// closed last, when every actor has returned.
+//
+// Every actor is fatal: one that returns before it is stopped, or panics,
+// stops the process the same way and `run` exits 1 with "<actor>: <error>".
+// None of them is restarted from outside, because each already retries what
+// may fail for a while: the relay waits out a lost database or LISTEN
+// connection with backoff and fails only at start (unusable lease tables,
+// another partition count), the background jobs log a failed turn and try
+// again at the next, and the HTTP server fails only when it cannot serve.
 package main
 
 import (

@@ -54,10 +54,16 @@ func (o *observer) instrument(cfg *config.Config, consumers map[string]sink.Cons
 	}
 }
 
+// observeBatch feeds one relay batch to the metrics (relay.Config.OnBatch).
+func (o *observer) observeBatch(b relay.BatchStats) {
+	o.metrics.ObserveBatch(metrics.Batch{Claimed: b.Claimed, Dispatched: b.Dispatched, Stale: b.Stale, Retried: b.Retried,
+		Failed: b.Failed, Skipped: b.Skipped, Fenced: b.Fenced, Claim: b.Claim, Deliver: b.Deliver, Ack: b.Ack})
+}
+
 // handler serves /metrics, the dashboard (/ and /api/state) and whatever
 // health handler is passed in (/healthz, /readyz).
 func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema string, r *relay.Relay, logger *slog.Logger) http.Handler {
-	metrics.RegisterRelay(o.reg, r)
+	metrics.RegisterRelay(o.reg, r.InstanceID(), func() int { return r.Stats().Partitions })
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", health)
 	mux.Handle("/readyz", health)

@@ -49,7 +49,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	set, err := search.LoadProjections(e.cfg)
+	set, err := search.LoadProjections(e.cfg, builtinExamples)
 	if err != nil {
 		return err
 	}

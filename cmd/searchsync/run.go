@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/compaction"
+	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
@@ -37,17 +39,28 @@ func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	return runRelay(ctx, e, c.ConnectTimeout, nil)
+	return runRelay(ctx, e, c.ConnectTimeout, runHooks{})
 }
 
-// runRelay is `searchsync run`; onServing, when set, is called with the HTTP
-// address once the dashboard is served (the demo prints it).
+// runHooks lets the demo and the tests watch a run; every field may be nil.
+type runHooks struct {
+	// onServing is called with the HTTP address once the dashboard is served
+	// (the demo prints it).
+	onServing func(addr string)
+	// onStopped is called after every actor returned, just before the
+	// consumers and the pool are closed, with the actors still running
+	// (none, unless the supervisor lost one).
+	onStopped func(running []string)
+}
+
+// runRelay is `searchsync run`: it builds the actors and supervises them
+// (see supervisor for the shutdown order and which failures stop it).
 //
 // SIGTERM/SIGINT (ctx done) during the start-up — waiting for PostgreSQL, the
 // schema check, waiting for the search engine or NATS — ends it with nil, so
 // the exit code is 0 as after a stop of the running relay; the error the
 // cancellation caused is logged, not returned.
-func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServing func(addr string)) (err error) {
+func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks runHooks) (err error) {
 	cfg, logger := e.cfg, e.logger
 	running := false
 	defer func() {
@@ -61,7 +74,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer pool.Close() // last: after every actor returned
 	if err := checkSchema(ctx, cfg.Database, logger); err != nil {
 		return err
 	}
@@ -83,48 +96,88 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, onServi
 	if err != nil {
 		return err
 	}
-	rcfg.OnBatch = obs.metrics.ObserveBatch
+	rcfg.OnBatch = obs.observeBatch
 	r, err := relay.New(pool, rcfg)
 	if err != nil {
 		return err
 	}
-	go obs.sampler.Run(ctx)
 	comp, err := compaction.New(pool, compactionConfig(e))
 	if err != nil {
 		return err
 	}
-	go compaction.NewScheduler(comp).Run(ctx) // returns at once when compaction.interval < 0
 	drift, err := newDriftWatcher(cfg, logger)
 	if err != nil {
 		return err
 	}
+	background := []actor{{name: "lag sampler", run: func(ctx context.Context) error { obs.sampler.Run(ctx); return nil }}}
+	if sched := compaction.NewScheduler(comp); cfg.Compaction.Interval >= 0 {
+		background = append(background, actor{name: "compaction scheduler", run: sched.Run})
+	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
+		return err
+	}
 	if drift != nil {
 		obs.drift = drift.current
-		go drift.run(ctx, 30*time.Second, pool)
+		background = append(background,
+			actor{name: "drift watcher", run: func(ctx context.Context) error { drift.run(ctx, 30*time.Second); return nil }},
+			actor{name: "reindex janitor", run: newJanitor(pool, drift.eng, logger).run})
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: obs.handler(healthHandler(pool, r), pool, cfg.Database.Schema, r, logger), ReadHeaderTimeout: 5 * time.Second}
+	var draining atomic.Bool
+	srv := &http.Server{Handler: obs.handler(healthHandler(pool, r, &draining), pool, cfg.Database.Schema, r, logger), ReadHeaderTimeout: 5 * time.Second}
+
+	// Started in the order they are stopped: the relay first (stop claiming,
+	// finish or hand back the batches in flight, release the leases), then
+	// the background jobs, the HTTP server last so that /readyz answers 503
+	// while the relay drains. The pool is closed (deferred above) after all.
+	sup := newSupervisor(logger)
+	defer sup.stop() // idempotent; stops what started should a step below fail
+	sup.start(ctx, "relay", actor{name: "relay", run: r.Run})
+	sup.start(ctx, "background jobs", background...)
+	sup.start(ctx, "http server", actor{name: "http server", run: func(ctx context.Context) error { return serveHTTP(ctx, srv, ln) }})
 	logger.Info("http: serving the dashboard, /metrics, /healthz and /readyz", "url", "http://"+ln.Addr().String()+"/")
-	if onServing != nil {
-		onServing(ln.Addr().String())
+	if hooks.onServing != nil {
+		hooks.onServing(ln.Addr().String())
 	}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http: server stopped", "error", err)
-		}
-	}()
 
 	running = true
-	runErr := r.Run(ctx)
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	srv.Shutdown(shutCtx)
+	runErr := sup.wait(ctx, func() {
+		draining.Store(true)
+		logger.Info("stopping: /readyz answers 503; the relay finishes its batches and hands back its leases")
+	})
+	if hooks.onStopped != nil {
+		hooks.onStopped(sup.running())
+	}
 	return runErr
 }
+
+// serveHTTP serves until ctx is done, then shuts the server down (waiting at
+// most 5s for the requests in progress).
+func serveHTTP(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(shutCtx)
+	if err != nil {
+		err = errors.Join(err, srv.Close())
+	}
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// builtinExamples are the examples indexes.examples may name.
+var builtinExamples = search.Examples{"customer": customer.Register}
 
 // checkSchema refuses a schema that is not migrated to this binary's version.
 func checkSchema(ctx context.Context, db config.Database, logger *slog.Logger) error {
@@ -137,13 +190,18 @@ func checkSchema(ctx context.Context, db config.Database, logger *slog.Logger) e
 }
 
 // healthHandler serves /healthz (the process answers) and /readyz (the
-// database answers and the relay holds its leases).
-func healthHandler(pool *pgxpool.Pool, r *relay.Relay) http.Handler {
+// database answers and the relay holds its leases; 503 from the moment the
+// process is stopping, while the relay drains).
+func healthHandler(pool *pgxpool.Pool, r *relay.Relay, draining *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		if draining.Load() {
+			http.Error(w, "not ready: stopping (the relay is draining)", http.StatusServiceUnavailable)
+			return
+		}
 		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
@@ -174,7 +232,7 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		case "search":
-			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger,
+			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger, Examples: builtinExamples,
 				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}}, logger)
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)

@@ -22,7 +22,7 @@ func TestExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := search.LoadProjections(cfg)
+	set, err := search.LoadProjections(cfg, search.Examples{"customer": customer.Register})
 	if err != nil {
 		t.Fatal(err)
 	}

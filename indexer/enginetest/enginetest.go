@@ -531,7 +531,7 @@ func (s *suite) testEngineComesBack(t *testing.T) {
 		t.Fatalf("listen again on %s: %v", down, err)
 	}
 	srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(target)}
-	go srv.Serve(l)
+	go func() { _ = srv.Serve(l) }() // ErrServerClosed at cleanup
 	t.Cleanup(func() { srv.Close() })
 	start := time.Now()
 	testenv.Eventually(t, 15*time.Second, func() bool { return eng.Ping(c) == nil }, "ping succeeds once the engine is back")

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 )
 
@@ -73,8 +72,17 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// ObserveBatch records one relay batch; use it as relay.Config.OnBatch.
-func (m *Metrics) ObserveBatch(b relay.BatchStats) {
+// Batch is what ObserveBatch records of one relay batch (the caller copies
+// it from relay.BatchStats: metrics is fed by callbacks and does not import
+// the relay).
+type Batch struct {
+	Claimed                                             int
+	Dispatched, Stale, Retried, Failed, Skipped, Fenced int
+	Claim, Deliver, Ack                                 time.Duration
+}
+
+// ObserveBatch records one relay batch; call it from relay.Config.OnBatch.
+func (m *Metrics) ObserveBatch(b Batch) {
 	if b.Claimed == 0 {
 		return
 	}
@@ -101,12 +109,13 @@ func (m *Metrics) ObserveBulk(ops, docBytes int, took time.Duration, err error) 
 	m.bulkTime.WithLabelValues(result).Observe(took.Seconds())
 }
 
-// RegisterRelay exports the partitions the relay owns.
-func RegisterRelay(reg prometheus.Registerer, r *relay.Relay) {
+// RegisterRelay exports the partitions the relay instance owns, as
+// partitions reports them at every scrape.
+func RegisterRelay(reg prometheus.Registerer, instanceID string, partitions func() int) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "searchsync_relay_partitions_owned", Help: "Partitions this relay instance owns now.",
-		ConstLabels: prometheus.Labels{"instance_id": r.InstanceID()},
-	}, func() float64 { return float64(r.Stats().Partitions) }))
+		ConstLabels: prometheus.Labels{"instance_id": instanceID},
+	}, func() float64 { return float64(partitions()) }))
 }
 
 // Instrument wraps a consumer so that its outcomes, call durations and the

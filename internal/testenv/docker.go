@@ -66,8 +66,8 @@ func ElasticsearchContainer(ctx context.Context, image string) (string, func(), 
 	}
 	ep, err := c.PortEndpoint(ctx, "9200/tcp", "http")
 	if err != nil {
-		c.Terminate(ctx)
+		_ = c.Terminate(ctx) // best effort: the error that matters is err
 		return "", nil, err
 	}
-	return strings.TrimRight(ep, "/"), func() { c.Terminate(context.Background()) }, nil
+	return strings.TrimRight(ep, "/"), func() { _ = c.Terminate(context.Background()) }, nil
 }

@@ -83,7 +83,8 @@ func (p *TCPProxy) pipe(c net.Conn) {
 	}
 	p.conns[c], p.conns[u] = true, true
 	p.mu.Unlock()
-	go func() { io.Copy(u, c); u.Close() }()
-	io.Copy(c, u)
+	// A copy ends when either side closes; its error says only that.
+	go func() { _, _ = io.Copy(u, c); u.Close() }()
+	_, _ = io.Copy(c, u)
 	c.Close()
 }

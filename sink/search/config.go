@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
@@ -18,20 +17,24 @@ func LoadDefs(cfg *config.Config) (mapping.Defs, error) {
 	return mapping.Load(cfg.Path(cfg.Indexes.Definitions))
 }
 
-// LoadProjections loads the projections of a configuration: the built-in
-// examples named by indexes.examples, then the files of indexes.projections.
-// Go projection functions and upcasters of your own are registered on the
-// returned set before New.
-func LoadProjections(cfg *config.Config) (*projections.Set, error) {
+// Examples maps the names indexes.examples may use to the function that
+// registers that example's projections and upcasters. The built-in examples
+// live under examples/, above this package: cmd/searchsync passes them.
+type Examples map[string]func(*projections.Set) error
+
+// LoadProjections loads the projections of a configuration: the examples
+// named by indexes.examples (looked up in examples), then the files of
+// indexes.projections. Go projection functions and upcasters of your own are
+// registered on the returned set before New.
+func LoadProjections(cfg *config.Config, examples Examples) (*projections.Set, error) {
 	set := projections.NewSet()
-	for _, ex := range cfg.Indexes.Examples {
-		switch ex {
-		case "customer":
-			if err := customer.Register(set); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("indexes.examples: %q is not a built-in example", ex)
+	for i, ex := range cfg.Indexes.Examples {
+		register, ok := examples[ex]
+		if !ok {
+			return nil, fmt.Errorf("indexes.examples[%d]: %q is not a built-in example", i, ex)
+		}
+		if err := register(set); err != nil {
+			return nil, fmt.Errorf("indexes.examples[%d] (%s): %w", i, ex, err)
 		}
 	}
 	for _, p := range cfg.Indexes.Projections {
@@ -46,8 +49,11 @@ func LoadProjections(cfg *config.Config) (*projections.Set, error) {
 type Options struct {
 	// Engine, when nil, is built from cfg.Engine.
 	Engine indexer.Engine
-	// Projections, when nil, is LoadProjections(cfg).
+	// Projections, when nil, is LoadProjections(cfg, Examples).
 	Projections *projections.Set
+	// Examples are the examples indexes.examples may name (see
+	// LoadProjections); cmd/searchsync passes the built-in ones.
+	Examples Examples
 	// DualWrites: pass reindex.NewTargets(pool) so that live writes reach a
 	// running reindex's target too.
 	DualWrites DualWrites
@@ -80,7 +86,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o O
 	}
 	set := o.Projections
 	if set == nil {
-		if set, err = LoadProjections(cfg); err != nil {
+		if set, err = LoadProjections(cfg, o.Examples); err != nil {
 			return nil, err
 		}
 	}

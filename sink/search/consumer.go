@@ -238,7 +238,7 @@ func (c *Consumer) bounded(ctx context.Context, call func(context.Context) error
 	defer cancel()
 	err := call(rctx)
 	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-		return &indexer.TransportError{Op: c.cfg.Engine.Kind() + " request", Err: fmt.Errorf("no answer within %s (%v)", c.cfg.RequestTimeout, err)}
+		return &indexer.TransportError{Op: c.cfg.Engine.Kind() + " request", Err: fmt.Errorf("no answer within %s (%w)", c.cfg.RequestTimeout, err)}
 	}
 	return err
 }

@@ -226,7 +226,9 @@ func checkMessage(t *testing.T, m sink.Message, e *outbox.Event) {
 	if err := json.Unmarshal(m.Payload, &gotP); err != nil {
 		t.Errorf("event %d: payload: %v", e.ID, err)
 	}
-	json.Unmarshal(e.Payload, &wantP)
+	if err := json.Unmarshal(e.Payload, &wantP); err != nil {
+		t.Errorf("event %d: the event's own payload: %v", e.ID, err)
+	}
 	if m.EventType != e.EventType || m.AggregateType != e.AggregateType || m.SchemaVersion != e.SchemaVersion ||
 		!reflect.DeepEqual(m.AggregateID, e.AggregateID) || !reflect.DeepEqual(m.TenantID, e.TenantID) ||
 		!reflect.DeepEqual(m.CorrelationID, e.CorrelationID) || !m.CreatedAt.Equal(e.CreatedAt) || !reflect.DeepEqual(gotP, wantP) {

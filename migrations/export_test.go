@@ -1,0 +1,4 @@
+package migrations
+
+// LockID is lockID for the tests.
+var LockID = lockID
