@@ -167,7 +167,17 @@ type Reindexer struct {
 	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
 
 	slow   time.Duration // tests: a pause per replayed chunk
-	source string        // the live index (tombstones are read from it) // replayed documents not written because the seed was newer
+	source string        // the live index (tombstones are read from it)
+	hooks  replayHooks   // tests: points of the replay to hold or stop it at
+}
+
+// replayHooks are called, when set, by the replay (tests only):
+// beforeDispatch once a chunk is queued for its writes, before they are
+// sent; beforeBulk in each write of a chunk, right before it is sent. Both
+// get the last outbox id of the chunk.
+type replayHooks struct {
+	beforeDispatch func(chunkLast int64)
+	beforeBulk     func(chunkLast int64)
 }
 
 // New checks cfg and returns a Reindexer.

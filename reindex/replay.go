@@ -268,12 +268,18 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			dmu.Lock()
 			queue = append(queue, item)
 			dmu.Unlock()
+			if r.hooks.beforeDispatch != nil {
+				r.hooks.beforeDispatch(c.last)
+			}
 			for i := 0; i < len(ops) || i == 0; i += r.cfg.BulkSize {
 				part := ops[i:min(i+r.cfg.BulkSize, len(ops))]
 				dmu.Lock()
 				item.pending++
 				dmu.Unlock()
 				g.Go(func() error {
+					if r.hooks.beforeBulk != nil {
+						r.hooks.beforeBulk(c.last)
+					}
 					err := r.w.bulk(gctx, part)
 					if err != nil {
 						return err
