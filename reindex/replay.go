@@ -264,7 +264,12 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			if failed != nil {
 				break
 			}
-			item := &inflight{last: c.last, events: c.read}
+			// Every part is counted before the chunk is queued: a write of
+			// an earlier chunk that settles in between must not take this
+			// chunk for done (LastID would pass writes never sent, which a
+			// resumed run skips).
+			parts := max(1, (len(ops)+r.cfg.BulkSize-1)/r.cfg.BulkSize)
+			item := &inflight{last: c.last, events: c.read, pending: parts}
 			dmu.Lock()
 			queue = append(queue, item)
 			dmu.Unlock()
@@ -273,9 +278,6 @@ func (r *Reindexer) replay(ctx context.Context) error {
 			}
 			for i := 0; i < len(ops) || i == 0; i += r.cfg.BulkSize {
 				part := ops[i:min(i+r.cfg.BulkSize, len(ops))]
-				dmu.Lock()
-				item.pending++
-				dmu.Unlock()
 				g.Go(func() error {
 					if r.hooks.beforeBulk != nil {
 						r.hooks.beforeBulk(c.last)
