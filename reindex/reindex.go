@@ -317,7 +317,7 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 			return
 		}
 		if errors.Is(err, ErrLost) || errors.Is(context.Cause(runCtx), ErrLost) {
-			err = ErrLost
+			err = r.lost(context.WithoutCancel(ctx))
 			return
 		}
 		if ctx.Err() != nil {
@@ -326,7 +326,9 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 			r.saveProgress(context.WithoutCancel(ctx))
 			return
 		}
-		r.fail(context.WithoutCancel(ctx), err, nil)
+		if ferr := r.fail(context.WithoutCancel(ctx), err, nil); ferr != nil {
+			err = ferr
+		}
 	}()
 
 	res, err = r.run(runCtx, start)
@@ -480,6 +482,12 @@ func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report)
 		if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
 			return nil, fmt.Errorf("reindex: refresh %s: %w", r.target, err)
 		}
+		// Still ours right before the swap: a consumer may have failed
+		// the job (its target rejected a live write) since the last
+		// heartbeat.
+		if err := r.saveProgress(ctx); err != nil {
+			return nil, err
+		}
 		actions := []indexer.AliasAction{
 			{Add: false, Index: job.Params.Source, Alias: r.alias},
 			{Add: true, Index: r.target, Alias: r.alias, Filter: r.cfg.Def.SearchFilter()},
@@ -518,8 +526,10 @@ func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report)
 }
 
 // fail ends the job failed: dual writes stop, the target is deleted, the
-// alias stays where it was.
-func (r *Reindexer) fail(ctx context.Context, cause error, report *Report) {
+// alias stays where it was. When the row is no longer ours it returns what
+// lost says (a search consumer may have failed it first, with the reason
+// that explains cause).
+func (r *Reindexer) fail(ctx context.Context, cause error, report *Report) error {
 	var ce *CheckError
 	if errors.As(cause, &ce) {
 		report = ce.Report
@@ -531,13 +541,33 @@ func (r *Reindexer) fail(ctx context.Context, cause error, report *Report) {
 	res := &Result{OldIndex: r.job.Params.Source, NewIndex: r.job.Params.Target, Verify: report}
 	err := r.job.finish(ctx, r.cfg.Pool, "failed", res, cause)
 	r.saveMu.Unlock()
+	if errors.Is(err, ErrLost) {
+		return r.lost(ctx)
+	}
 	if err != nil {
 		r.log.Error("reindex: could not record the failure", "error", err.Error())
-		return
+		return nil
 	}
 	if r.job.Params.Target != "" {
 		r.dropTarget(ctx, r.job.Params.Target)
 	}
+	return nil
+}
+
+// lost is the error of a run whose job row is no longer its own: ErrLost
+// (aborted, or taken over after a stale heartbeat), or a *FailedError when
+// the row was ended failed — by a search consumer whose live write the
+// target rejected (Targets.Rejected); the target is deleted then.
+func (r *Reindexer) lost(ctx context.Context) error {
+	state, msg, err := r.job.state(ctx, r.cfg.Pool)
+	if err != nil || state != "failed" {
+		return ErrLost
+	}
+	r.log.Error("reindex: the job was failed", "job_id", r.job.ID, "error", msg)
+	if r.job.Params.Target != "" {
+		r.dropTarget(ctx, r.job.Params.Target)
+	}
+	return &FailedError{JobID: r.job.ID, Reason: msg}
 }
 
 // dropTarget deletes a target once no consumer writes to it any more (and
