@@ -176,7 +176,7 @@ WHERE id = $1 AND state = 'running'`
 UPDATE aa_job SET state = 'failed', error = $4, finished_at = now(), heartbeat_at = now()
 WHERE job_kind = $1 AND job_key = $2 AND state = 'running' AND params->>'target' = $3`
 	jobStateSQL = `SELECT state, coalesce(error, '') FROM aa_job WHERE id = $1`
-	targetsSQL = `
+	targetsSQL  = `
 SELECT job_key, params->>'target' FROM aa_job
 WHERE job_kind = $1 AND state = 'running' AND (params->>'dual_write')::boolean`
 )
