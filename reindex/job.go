@@ -57,17 +57,20 @@ type Progress struct {
 	// DropTombstones says that the seed may have copied such tombstones
 	// (too many to exclude, or an interrupted copy): they are deleted after
 	// the replay.
-	DropTombstones bool      `json:"drop_tombstones,omitempty"`
-	LastID         int64     `json:"last_id"`   // the last outbox id replayed
-	Watermark      int64     `json:"watermark"` // the max outbox id of the current pass
-	EventsReplayed int64     `json:"events_replayed"`
-	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
-	Stale          int64     `json:"stale"`        // writes the target already held (409)
-	Poison         int64     `json:"poison"`       // events the projections reject (skipped)
-	SeedNewer      int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
-	Rate           float64   `json:"rate_per_s"`   // docs/s of the current phase
-	ETA            string    `json:"eta,omitempty"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	DropTombstones bool    `json:"drop_tombstones,omitempty"`
+	LastID         int64   `json:"last_id"`   // the last outbox id replayed
+	Watermark      int64   `json:"watermark"` // the max outbox id of the current pass
+	EventsReplayed int64   `json:"events_replayed"`
+	DocsWritten    int64   `json:"docs_written"` // replay writes (after coalescing)
+	Stale          int64   `json:"stale"`        // writes the target already held (409)
+	Poison         int64   `json:"poison"`       // events the projections reject (skipped)
+	SeedNewer      int64   `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
+	Rate           float64 `json:"rate_per_s"`   // docs/s of the current phase
+	// Waiting is why the writes pause while the engine cannot take them
+	// (a write block, no answer, not authorized); empty while writing.
+	Waiting   string    `json:"waiting,omitempty"`
+	ETA       string    `json:"eta,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Result is what a finished reindex records (aa_job.result).

@@ -46,7 +46,7 @@ func (r *Reindexer) DryRun(ctx context.Context) (*Plan, error) {
 	} else if p.Target, err = mapping.NextFree(ctx, r.cfg.Engine, r.alias); err != nil {
 		return nil, err
 	}
-	if _, p.DocsToSeed, err = r.raw.groupCounts(ctx, src, nil, nil); err != nil {
+	if _, p.DocsToSeed, err = r.adm.GroupCounts(ctx, src, nil, nil); err != nil {
 		return nil, err
 	}
 	rows, err := r.cfg.Pool.Query(ctx, countEventsSQL, int64(0))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
 )
@@ -27,11 +25,6 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Engine is the search engine. Required.
 	Engine indexer.Engine
-	// EngineConfig addresses the engine for the calls the Engine seam does
-	// not offer (scroll, aggregations, settings). Default: the local node.
-	EngineConfig config.Engine
-	// HTTPClient carries those calls. Default: a fresh transport.
-	HTTPClient *http.Client
 	// Def is the current definition of the alias. Required.
 	Def *mapping.Def
 	// Tenant selects the tenant's alias <alias>_<tenant> in per_tenant mode.
@@ -134,7 +127,7 @@ func (c *Config) validate() error {
 type Reindexer struct {
 	cfg      Config
 	alias    string // the alias applications read (per tenant in per_tenant mode)
-	raw      *raw
+	adm      indexer.Admin
 	log      *slog.Logger
 	aggTypes []string // aggregate types of the alias's projections (nil: patterns)
 
@@ -194,8 +187,15 @@ func New(cfg Config) (*Reindexer, error) {
 		}
 		alias = a
 	}
-	r := &Reindexer{cfg: cfg, alias: alias, raw: newRaw(cfg.EngineConfig, cfg.HTTPClient), w: &writer{eng: cfg.Engine}, seeded: map[string]int64{}}
+	adm, ok := cfg.Engine.(indexer.Admin)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", errNoAdmin, cfg.Engine)
+	}
+	r := &Reindexer{cfg: cfg, alias: alias, adm: adm, seeded: map[string]int64{}}
 	r.log = cfg.Logger.With("alias", alias)
+	r.w = newWriter(cfg.Engine, cfg.BulkSize, cfg.Concurrency, r.log, func(reason string) {
+		r.update(func(p *Progress) { p.Waiting = reason })
+	})
 	r.aggTypes = aggregateTypes(cfg.Projections, cfg.Def.Alias)
 	r.versionPathSQL, r.idIsAggregate = prefilter(cfg.Projections, cfg.Def)
 	return r, nil
@@ -268,6 +268,9 @@ func (r *Reindexer) live(ctx context.Context) (string, *indexer.IndexInfo, error
 	}
 	return targets[0], info, nil
 }
+
+// errNoAdmin is the error of New for an engine without indexer.Admin.
+var errNoAdmin = errors.New("reindex: Config.Engine does not implement indexer.Admin (the engines of indexer.New do)")
 
 // ErrUpToDate means the live index already matches the definition (use
 // Force to rebuild anyway).
@@ -380,8 +383,8 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if ownsReplicas(r.cfg.Def) {
 		fill["number_of_replicas"] = 0
 	}
-	if err := r.raw.putSettings(ctx, r.target, fill); err != nil {
-		return nil, err
+	if err := r.adm.PutSettings(ctx, r.target, fill); err != nil {
+		return nil, fmt.Errorf("reindex: %w", err)
 	}
 
 	// 2. Dual writes on, then wait until every search consumer has seen it:

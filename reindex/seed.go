@@ -34,7 +34,7 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	rt := rate{start: time.Now()}
 	var seeded atomic.Int64
 	// Pages of two bulks: fewer scroll round trips, the same bulk size.
-	err = r.raw.scroll(gctx, source, query, 2*r.cfg.BulkSize, true, func(total int64, hits []scrollHit) error {
+	err = r.adm.Scroll(gctx, source, query, 2*r.cfg.BulkSize, true, func(total int64, hits []indexer.ScrollHit) error {
 		ops := make([]indexer.BulkOp, 0, len(hits))
 		for _, h := range hits {
 			doc := h.Source
@@ -88,7 +88,7 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	if t := r.snapshot().SeedTask; t != "" {
 		// The copy of an interrupted run may still be going on.
-		if err := r.raw.cancelTask(ctx, t); err != nil {
+		if err := r.adm.CancelTask(ctx, t); err != nil {
 			r.log.Warn("reindex: cancel the seed task of the interrupted run", "task", t, "error", err.Error())
 		}
 	}
@@ -99,14 +99,14 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	r.startPrefetch(ctx)
 	query := r.tombstoneQuery(skip)
 	rt := rate{start: time.Now()}
-	var st taskStatus
+	st := &indexer.TaskInfo{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
-		st, err = r.raw.copyServerSide(gctx, source, r.target, query, r.cfg.BulkSize, r.cfg.Concurrency, func(task string) {
+		st, err = r.copyServerSide(gctx, indexer.Copy{Source: source, Dest: r.target, Query: query, Batch: r.cfg.BulkSize, Slices: r.cfg.Concurrency}, func(task string) {
 			r.update(func(p *Progress) { p.SeedTask = task })
 			_ = r.saveProgress(gctx) // so that abort can cancel it
-		}, func(s taskStatus) {
+		}, func(s *indexer.TaskInfo) {
 			n := s.Created + s.Updated + s.VersionConflicts
 			r.update(func(p *Progress) {
 				p.DocsSeeded = n
@@ -116,12 +116,15 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 				}
 			})
 		})
+		if st == nil {
+			st = &indexer.TaskInfo{}
+		}
 		r.log.Debug("reindex: server-side copy done", "docs", st.Created+st.Updated, "ms", time.Since(rt.start).Milliseconds())
 		return err
 	})
 	g.Go(func() error {
 		// The versions copied: an event not newer needs no replay.
-		err := r.raw.scroll(gctx, source, query, 10000, false, func(_ int64, hits []scrollHit) error {
+		err := r.adm.Scroll(gctx, source, query, 10000, false, func(_ int64, hits []indexer.ScrollHit) error {
 			r.seededMu.Lock()
 			for _, h := range hits {
 				r.seeded[h.ID] = h.Version
@@ -166,4 +169,53 @@ func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []index
 		})
 		return nil
 	})
+}
+
+// copyServerSide runs the engine's copy c as a task and follows it:
+// started gets the task id, progress its status about every second. A
+// document the target refuses (a failure of the task) fails the copy with
+// the engine's reason. A cancelled ctx cancels the task.
+func (r *Reindexer) copyServerSide(ctx context.Context, c indexer.Copy, started func(task string), progress func(*indexer.TaskInfo)) (*indexer.TaskInfo, error) {
+	task, err := r.adm.StartCopy(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s to %s: %w", c.Source, c.Dest, err)
+	}
+	if started != nil {
+		started(task)
+	}
+	cancelTask := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := r.adm.CancelTask(cctx, task); err != nil {
+			r.log.Warn("reindex: cancel the copy task", "task", task, "error", err.Error())
+		}
+	}
+	for {
+		// Waits up to a second for the task to complete: progress every
+		// second, completion noticed at once.
+		t, err := r.adm.Task(ctx, task, time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				cancelTask()
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("copy %s to %s: task %s: %w", c.Source, c.Dest, task, err)
+		}
+		if progress != nil {
+			progress(t)
+		}
+		if t.Completed {
+			switch {
+			case t.Error != nil:
+				return t, fmt.Errorf("copy %s to %s: %s: %s", c.Source, c.Dest, t.Error.Type, t.Error.Reason)
+			case len(t.Failures) > 0:
+				return t, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", c.Source, c.Dest, len(t.Failures), t.Failures[0])
+			}
+			return t, nil
+		}
+		if ctx.Err() != nil {
+			cancelTask()
+			return nil, ctx.Err()
+		}
+	}
 }

@@ -20,8 +20,8 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 	if ownsReplicas(r.cfg.Def) {
 		settings["number_of_replicas"] = defSetting(r.cfg.Def, "number_of_replicas")
 	}
-	if err := r.raw.putSettings(ctx, r.target, settings); err != nil {
-		return err
+	if err := r.adm.PutSettings(ctx, r.target, settings); err != nil {
+		return fmt.Errorf("reindex: %w", err)
 	}
 	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
 		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
@@ -34,7 +34,7 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 	// replicaWait, then the reindex goes on with what there is, as it did
 	// when replicas were built while filling.
 	want := "yellow"
-	if status, _, err := r.raw.health(ctx, source, "", 0); err != nil {
+	if status, _, err := r.adm.Health(ctx, source, "", 0); err != nil {
 		return fmt.Errorf("reindex: %w", err)
 	} else if status == "green" {
 		if info, err := r.cfg.Engine.GetIndex(ctx, source); err == nil && info != nil && replicasOf(info.Settings) >= replicasWanted(r.cfg.Def) {
@@ -43,7 +43,7 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 	}
 	for waited := time.Duration(0); ; {
 		step := min(30*time.Second, replicaWait-waited)
-		_, timedOut, err := r.raw.health(ctx, r.target, want, step)
+		_, timedOut, err := r.adm.Health(ctx, r.target, want, step)
 		if err != nil {
 			return fmt.Errorf("reindex: %w", err)
 		}

@@ -59,7 +59,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	var last time.Time
 	cfg := reindex.Config{
-		Pool: pool, Engine: eng, EngineConfig: e.cfg.Engine, Def: def, Tenant: tenant, Projections: set,
+		Pool: pool, Engine: eng, Def: def, Tenant: tenant, Projections: set,
 		Wants: searchRoutes(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, Force: c.Force, ClientSeed: c.ClientSeed,
 		ChunkSize: c.ChunkSize, BulkSize: c.BulkSize, Concurrency: c.Concurrency, Logger: e.logger,
 		OnProgress: func(p reindex.Progress) {
@@ -231,7 +231,7 @@ func (c *ReindexAbortCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer closeAll()
-	target, err := reindex.Abort(ctx, pool, eng, e.cfg.Engine, c.Alias, e.logger)
+	target, err := reindex.Abort(ctx, pool, eng, c.Alias, e.logger)
 	if errors.Is(err, reindex.ErrNoJob) {
 		return fmt.Errorf("reindex abort: no reindex of %s is running", c.Alias)
 	}
