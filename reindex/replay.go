@@ -116,231 +116,313 @@ func (r *Reindexer) startPrefetch(ctx context.Context) {
 	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel}
 }
 
+// maxPasses bounds the replay passes; cacheMax the documents the replay
+// keeps in memory between chunks (the cache is dropped beyond it).
+const (
+	maxPasses = 50
+	cacheMax  = 200_000
+)
+
 // replay reads the outbox after progress.LastID up to the watermark (the
 // max id when the pass starts) and writes the coalesced documents; passes
 // repeat until one finds less than a chunk of new events.
 func (r *Reindexer) replay(ctx context.Context) error {
 	r.setPhase(PhaseReplay)
 	cache := map[string]*docState{}
-	const cacheMax = 200_000
 	rt := rate{start: time.Now()}
 	var docs atomic.Int64
 	docs.Store(r.snapshot().DocsWritten)
 	rt.n = docs.Load()
-	for pass := 0; pass < 50; pass++ {
-		var wm int64
-		if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
-			return fmt.Errorf("reindex: read the outbox watermark: %w", err)
-		}
-		cursor := r.snapshot().LastID
-		first := cursor
-		r.update(func(p *Progress) { p.Watermark = wm })
-		if cursor >= wm {
-			return nil
-		}
-		var reads <-chan read
-		var rcancel context.CancelFunc
-		if pf := r.prefetch; pf != nil && pf.from == cursor {
-			reads, rcancel, wm = pf.reads, pf.cancel, pf.until
-			r.update(func(p *Progress) { p.Watermark = wm })
-		} else {
-			if pf != nil {
-				pf.cancel()
-				for range pf.reads {
-				}
-			}
-			reads, rcancel = r.reader(ctx, cursor, wm, false)
-		}
-		r.prefetch = nil
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(r.cfg.Concurrency)
-		// done tracks the chunks in flight in order, so that LastID only
-		// moves past chunks whose every write finished.
-		var dmu sync.Mutex
-		type inflight struct {
-			last    int64
-			pending int
-			events  int
-		}
-		var queue []*inflight
-		settle := func() {
-			for len(queue) > 0 && queue[0].pending == 0 {
-				q := queue[0]
-				queue = queue[1:]
-				r.update(func(p *Progress) {
-					p.LastID = q.last
-					p.EventsReplayed += int64(q.events)
-				})
-			}
-		}
-		var failed error
-		for rd := range reads {
-			if rd.err != nil {
-				failed = rd.err
-				break
-			}
-			if gctx.Err() != nil {
-				break
-			}
-			c, order, steps := rd.c, rd.order, rd.steps
-			if r.slow > 0 {
-				_ = sleep(gctx, r.slow)
-			}
-			// Documents seeded at a version no event of the chunk exceeds
-			// are complete already.
-			order = r.skipSeeded(order, steps, cache)
-			// Bases the cache does not have come from the target (seeded
-			// documents, earlier live writes).
-			var need []string
-			for _, id := range order {
-				first := steps[id][0]
-				if _, ok := cache[id]; !ok && ((first.Op == projections.OpIndex && first.Partial) ||
-					(first.Op == projections.OpDelete && r.cfg.Def.DeleteMode == mapping.DeleteSoft)) {
-					need = append(need, id)
-				}
-			}
-			if len(need) > 0 {
-				tm := time.Now()
-				found, err := r.mget(gctx, r.target, need)
-				r.log.Debug("reindex: mget", "ids", len(need), "ms", time.Since(tm).Milliseconds())
-				if err != nil {
-					failed = fmt.Errorf("reindex: read current documents from %s: %w", r.target, err)
-					break
-				}
-				// A document the target lacks may be a tombstone of the live
-				// index (seeding skips them): its last state is the base, and
-				// it is copied even when no event is newer. Tombstones whose
-				// events were all compacted are dropped this way, the others
-				// kept.
-				if r.source != "" {
-					var missing []string
-					for _, id := range need {
-						if _, ok := found[id]; !ok {
-							missing = append(missing, id)
-						}
-					}
-					if len(missing) > 0 {
-						fromSource, err := r.mget(gctx, r.source, missing)
-						if err != nil {
-							failed = fmt.Errorf("reindex: read current documents from %s: %w", r.source, err)
-							break
-						}
-						for id, d := range fromSource {
-							d.copy = true
-							found[id] = d
-						}
-					}
-				}
-				for _, id := range need {
-					st := &docState{}
-					if d, ok := found[id]; ok {
-						m, err := projections.Decode(d.Source)
-						if err == nil {
-							st.doc, st.version, st.known, st.copy = m, d.Version, true, d.copy
-							if del, _ := m[r.cfg.Def.TombstoneField].(bool); del && r.cfg.Def.DeleteMode == mapping.DeleteSoft {
-								st.deleted = true
-							}
-						}
-					}
-					cache[id] = st
-				}
-			}
-			ops := make([]indexer.BulkOp, 0, len(order))
-			for _, id := range order {
-				st := cache[id]
-				if st == nil {
-					st = &docState{}
-					cache[id] = st
-				}
-				op, ok, err := r.apply(id, st, steps[id])
-				if err != nil {
-					failed = err
-					break
-				}
-				if ok {
-					ops = append(ops, op)
-				}
-			}
-			if failed != nil {
-				break
-			}
-			// Every part is counted before the chunk is queued: a write of
-			// an earlier chunk that settles in between must not take this
-			// chunk for done (LastID would pass writes never sent, which a
-			// resumed run skips).
-			parts := max(1, (len(ops)+r.cfg.BulkSize-1)/r.cfg.BulkSize)
-			item := &inflight{last: c.last, events: c.read, pending: parts}
-			dmu.Lock()
-			queue = append(queue, item)
-			dmu.Unlock()
-			if r.hooks.beforeDispatch != nil {
-				r.hooks.beforeDispatch(c.last)
-			}
-			for i := 0; i < len(ops) || i == 0; i += r.cfg.BulkSize {
-				part := ops[i:min(i+r.cfg.BulkSize, len(ops))]
-				g.Go(func() error {
-					if r.hooks.beforeBulk != nil {
-						r.hooks.beforeBulk(c.last)
-					}
-					err := r.w.bulk(gctx, part)
-					if err != nil {
-						return err
-					}
-					n := docs.Add(int64(len(part)))
-					dmu.Lock()
-					item.pending--
-					settle()
-					dmu.Unlock()
-					r.update(func(p *Progress) {
-						p.DocsWritten = n
-						p.Rate = rt.perSecond(n)
-						if done := c.last - first; done > 0 && wm > c.last {
-							secs := time.Since(rt.start).Seconds() * float64(wm-c.last) / float64(done)
-							p.ETA = (time.Duration(secs) * time.Second).Round(time.Second).String()
-						} else {
-							p.ETA = "0s"
-						}
-					})
-					return nil
-				})
-				if len(ops) == 0 {
-					break
-				}
-			}
-			if len(cache) > cacheMax {
-				// Evict only when no write is in flight, so that a later
-				// read of the target sees every write of the replay.
-				if err := g.Wait(); err != nil {
-					failed = err
-					break
-				}
-				g, gctx = errgroup.WithContext(ctx)
-				g.SetLimit(r.cfg.Concurrency)
-				clear(cache)
-			}
-		}
-		rcancel()
-		for range reads {
-		}
-		if err := g.Wait(); failed == nil {
-			failed = err
-		}
-		if failed != nil {
-			return failed
-		}
-		dmu.Lock()
-		settle()
-		dmu.Unlock()
-		n := r.snapshot().EventsReplayed
-		r.log.Info("reindex: replay pass done", "pass", pass+1, "watermark", wm, "events", n, "docs_written", docs.Load())
-		if err := r.saveProgress(ctx); err != nil {
+	for pass := 0; pass < maxPasses; pass++ {
+		done, err := r.replayPass(ctx, pass, cache, &docs, &rt)
+		if err != nil || done {
 			return err
-		}
-		if wm-first < int64(r.cfg.ChunkSize) {
-			return nil // caught up: what comes now reaches the target by dual writes
 		}
 	}
 	return nil
+}
+
+// replayPass replays the events after the recorded LastID up to the
+// current watermark. done says that no further pass is needed: nothing was
+// new, or less than a chunk (what comes now reaches the target by dual
+// writes).
+func (r *Reindexer) replayPass(ctx context.Context, pass int, cache map[string]*docState, docs *atomic.Int64, rt *rate) (done bool, err error) {
+	var wm int64
+	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
+		return false, fmt.Errorf("reindex: read the outbox watermark: %w", err)
+	}
+	first := r.snapshot().LastID
+	r.update(func(p *Progress) { p.Watermark = wm })
+	if first >= wm {
+		return true, nil
+	}
+	reads, rcancel, wm := r.passReader(ctx, first, wm)
+	w := &passWriter{r: r, first: first, wm: wm, docs: docs, rt: rt, q: &settleQueue{r: r}}
+	w.reset(ctx)
+	failed := r.replayChunks(ctx, reads, cache, w)
+	rcancel()
+	for range reads {
+	}
+	if err := w.g.Wait(); failed == nil {
+		failed = err
+	}
+	if failed != nil {
+		return false, failed
+	}
+	w.q.settle()
+	n := r.snapshot().EventsReplayed
+	r.log.Info("reindex: replay pass done", "pass", pass+1, "watermark", wm, "events", n, "docs_written", docs.Load())
+	if err := r.saveProgress(ctx); err != nil {
+		return false, err
+	}
+	return wm-first < int64(r.cfg.ChunkSize), nil
+}
+
+// passReader returns the reads of (from, wm]: the prefetch started during
+// the seed when it begins at from (its watermark then), a new reader
+// otherwise.
+func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read, context.CancelFunc, int64) {
+	pf := r.prefetch
+	r.prefetch = nil
+	if pf != nil && pf.from == from {
+		r.update(func(p *Progress) { p.Watermark = pf.until })
+		return pf.reads, pf.cancel, pf.until
+	}
+	if pf != nil {
+		pf.cancel()
+		for range pf.reads {
+		}
+	}
+	reads, cancel := r.reader(ctx, from, wm, false)
+	return reads, cancel, wm
+}
+
+// replayChunks turns every chunk read into writes: documents the seed holds
+// newer are left out, the bases of the others are read, the steps applied,
+// the ops handed to w.
+func (r *Reindexer) replayChunks(ctx context.Context, reads <-chan read, cache map[string]*docState, w *passWriter) error {
+	for rd := range reads {
+		if rd.err != nil {
+			return rd.err
+		}
+		if w.gctx.Err() != nil {
+			return nil // a write failed: its error comes from w.g.Wait
+		}
+		if r.slow > 0 {
+			_ = sleep(w.gctx, r.slow)
+		}
+		// Documents seeded at a version no event of the chunk exceeds
+		// are complete already.
+		order := r.skipSeeded(rd.order, rd.steps, cache)
+		if err := r.loadBases(w.gctx, order, rd.steps, cache); err != nil {
+			return err
+		}
+		ops, err := r.chunkOps(order, rd.steps, cache)
+		if err != nil {
+			return err
+		}
+		w.write(rd.c, ops)
+		if len(cache) > cacheMax {
+			// Evict only when no write is in flight, so that a later
+			// read of the target sees every write of the replay.
+			if err := w.g.Wait(); err != nil {
+				return err
+			}
+			w.reset(ctx)
+			clear(cache)
+		}
+	}
+	return nil
+}
+
+// loadBases puts into cache the current documents that the first step of
+// a document of order merges onto (partial updates, soft deletes) and the
+// cache lacks: from the target (seeded documents, earlier live writes),
+// else from the live index.
+func (r *Reindexer) loadBases(ctx context.Context, order []string, steps map[string][]*projections.Result, cache map[string]*docState) error {
+	var need []string
+	for _, id := range order {
+		first := steps[id][0]
+		if _, ok := cache[id]; !ok && ((first.Op == projections.OpIndex && first.Partial) ||
+			(first.Op == projections.OpDelete && r.cfg.Def.DeleteMode == mapping.DeleteSoft)) {
+			need = append(need, id)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	tm := time.Now()
+	found, err := r.mget(ctx, r.target, need)
+	r.log.Debug("reindex: mget", "ids", len(need), "ms", time.Since(tm).Milliseconds())
+	if err != nil {
+		return fmt.Errorf("reindex: read current documents from %s: %w", r.target, err)
+	}
+	// A document the target lacks may be a tombstone of the live index
+	// (seeding skips them): its last state is the base, and it is copied
+	// even when no event is newer. Tombstones whose events were all
+	// compacted are dropped this way, the others kept.
+	if r.source != "" {
+		var missing []string
+		for _, id := range need {
+			if _, ok := found[id]; !ok {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			fromSource, err := r.mget(ctx, r.source, missing)
+			if err != nil {
+				return fmt.Errorf("reindex: read current documents from %s: %w", r.source, err)
+			}
+			for id, d := range fromSource {
+				d.copy = true
+				found[id] = d
+			}
+		}
+	}
+	for _, id := range need {
+		st := &docState{}
+		if d, ok := found[id]; ok {
+			m, err := projections.Decode(d.Source)
+			if err == nil {
+				st.doc, st.version, st.known, st.copy = m, d.Version, true, d.copy
+				if del, _ := m[r.cfg.Def.TombstoneField].(bool); del && r.cfg.Def.DeleteMode == mapping.DeleteSoft {
+					st.deleted = true
+				}
+			}
+		}
+		cache[id] = st
+	}
+	return nil
+}
+
+// chunkOps applies the steps of every document of order onto its cached
+// state and returns the writes.
+func (r *Reindexer) chunkOps(order []string, steps map[string][]*projections.Result, cache map[string]*docState) ([]indexer.BulkOp, error) {
+	ops := make([]indexer.BulkOp, 0, len(order))
+	for _, id := range order {
+		st := cache[id]
+		if st == nil {
+			st = &docState{}
+			cache[id] = st
+		}
+		op, ok, err := r.apply(id, st, steps[id])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ops = append(ops, op)
+		}
+	}
+	return ops, nil
+}
+
+// passWriter sends the writes of one pass, at most Concurrency bulk
+// requests at once, and moves LastID through its settle queue.
+type passWriter struct {
+	r         *Reindexer
+	first, wm int64 // the pass's range, for the ETA
+	docs      *atomic.Int64
+	rt        *rate
+	q         *settleQueue
+	g         *errgroup.Group
+	gctx      context.Context
+}
+
+// reset starts a new group of writes (after the cache was dropped).
+func (w *passWriter) reset(ctx context.Context) {
+	w.g, w.gctx = errgroup.WithContext(ctx)
+	w.g.SetLimit(w.r.cfg.Concurrency)
+}
+
+// write queues chunk c with its ops and sends them in parts of BulkSize (a
+// chunk without ops still passes through the queue, in order).
+func (w *passWriter) write(c *chunk, ops []indexer.BulkOp) {
+	r := w.r
+	parts := max(1, (len(ops)+r.cfg.BulkSize-1)/r.cfg.BulkSize)
+	item := w.q.add(c.last, c.read, parts)
+	if r.hooks.beforeDispatch != nil {
+		r.hooks.beforeDispatch(c.last)
+	}
+	gctx := w.gctx
+	for i := 0; i < len(ops) || i == 0; i += r.cfg.BulkSize {
+		part := ops[i:min(i+r.cfg.BulkSize, len(ops))]
+		w.g.Go(func() error {
+			if r.hooks.beforeBulk != nil {
+				r.hooks.beforeBulk(c.last)
+			}
+			if err := r.w.bulk(gctx, part); err != nil {
+				return err
+			}
+			n := w.docs.Add(int64(len(part)))
+			w.q.done(item)
+			r.update(func(p *Progress) {
+				p.DocsWritten = n
+				p.Rate = w.rt.perSecond(n)
+				if done := c.last - w.first; done > 0 && w.wm > c.last {
+					secs := time.Since(w.rt.start).Seconds() * float64(w.wm-c.last) / float64(done)
+					p.ETA = (time.Duration(secs) * time.Second).Round(time.Second).String()
+				} else {
+					p.ETA = "0s"
+				}
+			})
+			return nil
+		})
+		if len(ops) == 0 {
+			break
+		}
+	}
+}
+
+// settleQueue holds the chunks of a pass whose writes are in flight, in id
+// order, so that LastID only moves past chunks whose every write finished.
+type settleQueue struct {
+	r     *Reindexer
+	mu    sync.Mutex
+	queue []*inflight
+}
+
+// inflight is one chunk in the settle queue.
+type inflight struct {
+	last    int64
+	pending int // its writes not finished
+	events  int
+}
+
+// add queues a chunk with all its parts counted at once: a write of an
+// earlier chunk that settles in between must not take this chunk for done
+// (LastID would pass writes never sent, which a resumed run skips).
+func (q *settleQueue) add(last int64, events, parts int) *inflight {
+	it := &inflight{last: last, events: events, pending: parts}
+	q.mu.Lock()
+	q.queue = append(q.queue, it)
+	q.mu.Unlock()
+	return it
+}
+
+// done counts one finished write of it and settles what it can.
+func (q *settleQueue) done(it *inflight) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it.pending--
+	q.settleLocked()
+}
+
+// settle moves LastID past the leading chunks that are done.
+func (q *settleQueue) settle() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.settleLocked()
+}
+
+func (q *settleQueue) settleLocked() {
+	for len(q.queue) > 0 && q.queue[0].pending == 0 {
+		it := q.queue[0]
+		q.queue = q.queue[1:]
+		q.r.update(func(p *Progress) {
+			p.LastID = it.last
+			p.EventsReplayed += int64(it.events)
+		})
+	}
 }
 
 // baseDoc is a current document read for the replay.
