@@ -174,6 +174,9 @@ func searchRoutes(cfg *config.Config, alias string) func(eventType, aggregateTyp
 }
 
 func progressLine(p reindex.Progress) string {
+	if p.Waiting != "" {
+		return p.Phase + ": waiting for the engine: " + p.Waiting
+	}
 	switch p.Phase {
 	case reindex.PhaseSeed:
 		return fmt.Sprintf("seed: %d documents copied (%.0f docs/s, ETA %s)", p.DocsSeeded, p.Rate, orDash(p.ETA))
@@ -294,6 +297,9 @@ func (c *ReindexStatusCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Printf("job %d  %-10s %-9s %s → %s  phase %s  last id %d/%d  seeded %d  replayed %d  started %s  heartbeat %s ago\n",
 			j.ID, j.Alias, j.State, j.Params.Source, j.Params.Target, j.Progress.Phase, j.Progress.LastID, j.Progress.Watermark,
 			j.Progress.DocsSeeded, j.Progress.EventsReplayed, j.StartedAt.Format(time.RFC3339), j.HeartbeatAge.Round(time.Second))
+		if j.State == "running" && j.Progress.Waiting != "" {
+			fmt.Printf("        waiting: %s\n", j.Progress.Waiting)
+		}
 		if j.Error != "" {
 			fmt.Printf("        error: %s\n", firstLine(j.Error))
 		}
