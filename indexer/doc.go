@@ -2,10 +2,13 @@
 // Engine seam (engine.go) and its two adapters — OpenSearch 2 through
 // opensearch-go/v4 and Elasticsearch 8 through go-elasticsearch/v8 — which
 // share one wire format (wire.go: NDJSON _bulk with version_type=external,
-// _mget, index definitions, aliases, search, count); the bulk Writer that
-// batches ops, bounds concurrency, reads every item of every answer and
-// classifies it (Classify); and RawBulkRate, the engine's own _bulk rate used
-// as the denominator of the end-to-end benchmark.
+// _mget, index definitions, aliases, search, count); the Admin seam beside
+// Engine for maintenance jobs such as reindex (admin.go: scroll, counts per
+// group, dynamic settings, health, the engine's _reindex as a task); the
+// bulk Writer that batches ops, bounds concurrency, reads every item of
+// every answer and classifies it (Classify) for the search consumer and
+// the reindex alike; and RawBulkRate, the engine's own _bulk rate used as
+// the denominator of the end-to-end benchmark.
 //
 // Errors: an answer of the engine with status >= 400 is an *EngineError
 // (status, the engine's error type and reason); no answer at all is a

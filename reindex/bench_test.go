@@ -69,7 +69,7 @@ func benchOnce(tb testing.TB) {
 
 	// The same documents, raw.
 	var ops []indexer.BulkOp
-	err = r.raw.scroll(b.ctx, res.NewIndex, nil, 1000, true, func(_ int64, hits []scrollHit) error {
+	err = r.adm.Scroll(b.ctx, res.NewIndex, nil, 1000, true, func(_ int64, hits []indexer.ScrollHit) error {
 		for _, h := range hits {
 			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, ID: h.ID, Version: h.Version, Doc: json.RawMessage(h.Source)})
 		}

@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // Abort stops the running reindex of alias: the job ends aborted (its owner,
 // if alive, notices at its next heartbeat and stops), dual writes stop, and
 // the new index is deleted once no consumer writes to it. The live alias is
 // never touched. It returns the deleted index ("" when none was created).
-func Abort(ctx context.Context, db querier, eng indexer.Engine, ecfg config.Engine, alias string, log *slog.Logger) (string, error) {
+func Abort(ctx context.Context, db querier, eng indexer.Engine, alias string, log *slog.Logger) (string, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -34,7 +33,11 @@ func Abort(ctx context.Context, db querier, eng indexer.Engine, ecfg config.Engi
 	if j.Progress.SeedTask != "" {
 		// A seed copy of a dead owner goes on inside the engine: stop it, or
 		// it re-creates the deleted target.
-		if err := newRaw(ecfg, nil).cancelTask(ctx, j.Progress.SeedTask); err != nil {
+		adm, ok := eng.(indexer.Admin)
+		if !ok {
+			return "", fmt.Errorf("%w: %T", errNoAdmin, eng)
+		}
+		if err := adm.CancelTask(ctx, j.Progress.SeedTask); err != nil {
 			log.Warn("reindex: cancel the seed task", "task", j.Progress.SeedTask, "error", err.Error())
 		}
 	}

@@ -49,6 +49,31 @@
 // finished; both are idempotent because every write is versioned). Abort
 // ends the job, stops the dual writes and deletes the target.
 //
+// # Writes, and when the engine refuses them
+//
+// Every write of the reindex (seed through searchsync, replay, tombstone
+// deletes) goes through indexer.Writer, the bulk path of the search
+// consumer, and is classified by indexer.Classify; the calls beside
+// Engine (scroll, group counts, settings, health, the engine's _reindex
+// task) go through indexer.Admin. Both seams are covered by the contract
+// suite in indexer/enginetest. What an outcome means for a reindex:
+//
+//   - a document the target refuses for good (poison: the new mapping
+//     rejects it) fails the job with the engine's reason, and so does a
+//     live write of the search consumer that the target refuses during
+//     dual writes (sink/search reports it through Targets.Rejected; the
+//     live event keeps the live index's outcome);
+//   - what is about the engine rather than the document — no answer, an
+//     overloaded engine, a cluster or index write block (the disk
+//     watermark's), 401/403, a missing index — makes the reindex wait as
+//     the relay does: it probes (ping, the target's write blocks) with
+//     backoff up to every 30s and writes again once the probe passes,
+//     with the reason in aa_job.progress.waiting. The heartbeat goes on,
+//     so the job stays its own; `searchsync reindex abort` or an interrupt
+//     (the job resumes later) end the wait;
+//   - an item answered 5xx after the writer's own retries is sent again,
+//     up to 8 rounds, then the job fails.
+//
 // # Completeness
 //
 // A document of the new index is complete when its last event is retained

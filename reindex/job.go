@@ -57,17 +57,20 @@ type Progress struct {
 	// DropTombstones says that the seed may have copied such tombstones
 	// (too many to exclude, or an interrupted copy): they are deleted after
 	// the replay.
-	DropTombstones bool      `json:"drop_tombstones,omitempty"`
-	LastID         int64     `json:"last_id"`   // the last outbox id replayed
-	Watermark      int64     `json:"watermark"` // the max outbox id of the current pass
-	EventsReplayed int64     `json:"events_replayed"`
-	DocsWritten    int64     `json:"docs_written"` // replay writes (after coalescing)
-	Stale          int64     `json:"stale"`        // writes the target already held (409)
-	Poison         int64     `json:"poison"`       // events the projections reject (skipped)
-	SeedNewer      int64     `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
-	Rate           float64   `json:"rate_per_s"`   // docs/s of the current phase
-	ETA            string    `json:"eta,omitempty"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	DropTombstones bool    `json:"drop_tombstones,omitempty"`
+	LastID         int64   `json:"last_id"`   // the last outbox id replayed
+	Watermark      int64   `json:"watermark"` // the max outbox id of the current pass
+	EventsReplayed int64   `json:"events_replayed"`
+	DocsWritten    int64   `json:"docs_written"` // replay writes (after coalescing)
+	Stale          int64   `json:"stale"`        // writes the target already held (409)
+	Poison         int64   `json:"poison"`       // events the projections reject (skipped)
+	SeedNewer      int64   `json:"seed_newer"`   // replayed documents not written: the seeded version is newer
+	Rate           float64 `json:"rate_per_s"`   // docs/s of the current phase
+	// Waiting is why the writes pause while the engine cannot take them
+	// (a write block, no answer, not authorized); empty while writing.
+	Waiting   string    `json:"waiting,omitempty"`
+	ETA       string    `json:"eta,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Result is what a finished reindex records (aa_job.result).
@@ -118,6 +121,18 @@ func (e *RunningError) Error() string {
 // it; the process must stop without touching anything.
 var ErrLost = errors.New("reindex: the job is no longer ours (aborted, or taken over after a stale heartbeat)")
 
+// FailedError says that the job row was ended failed by another party
+// than this run: a search consumer whose live write the new index rejected
+// (Targets.Rejected). Reason is what the row records.
+type FailedError struct {
+	JobID  int64
+	Reason string
+}
+
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("reindex: job %d failed: %s", e.JobID, e.Reason)
+}
+
 // ErrNoJob means there is no running reindex of the alias.
 var ErrNoJob = errors.New("reindex: no running reindex")
 
@@ -160,7 +175,11 @@ WHERE id = $1 AND owner = $2 AND state = 'running'`
 UPDATE aa_job SET state = 'aborted', error = $2::text, finished_at = now(),
        progress = jsonb_set(progress, '{phase}', '"aborted"')
 WHERE id = $1 AND state = 'running'`
-	targetsSQL = `
+	rejectSQL = `
+UPDATE aa_job SET state = 'failed', error = $4, finished_at = now(), heartbeat_at = now()
+WHERE job_kind = $1 AND job_key = $2 AND state = 'running' AND params->>'target' = $3`
+	jobStateSQL = `SELECT state, coalesce(error, '') FROM aa_job WHERE id = $1`
+	targetsSQL  = `
 SELECT job_key, params->>'target' FROM aa_job
 WHERE job_kind = $1 AND state = 'running' AND (params->>'dual_write')::boolean`
 )
@@ -297,6 +316,14 @@ func (j *Job) finish(ctx context.Context, db querier, state string, res *Result,
 	return nil
 }
 
+// state reads the job row's state and error.
+func (j *Job) state(ctx context.Context, db querier) (state, msg string, err error) {
+	if err := db.QueryRow(ctx, jobStateSQL, j.ID).Scan(&state, &msg); err != nil {
+		return "", "", fmt.Errorf("reindex: look up job %d: %w", j.ID, err)
+	}
+	return state, msg, nil
+}
+
 // markAborted ends a running job as aborted, whoever owns it.
 func markAborted(ctx context.Context, db querier, id int64, reason string) (bool, error) {
 	tag, err := db.Exec(ctx, abortSQL, id, reason)
@@ -319,7 +346,9 @@ const TargetsTTL = time.Second
 // order. The answer is cached for TargetsTTL; it is safe for concurrent use.
 //
 // The consumer calls For once per batch, before it builds its bulk request,
-// and writes each op of the alias to the alias and to every target. When the
+// and writes each op of the alias to the alias and to every target. A
+// target that refuses a document for good (its new mapping rejects it) is
+// reported with Rejected: the reindex fails, the live event does not. When the
 // lookup fails and the cache is older than TargetsTTL, For returns the error
 // and the consumer must retry the batch (writing to the alias only could
 // leave a reindex target without an event it will never see again).
@@ -375,4 +404,20 @@ func (t *Targets) all(ctx context.Context) (map[string][]string, error) {
 	}
 	t.m, t.at = m, now
 	return m, nil
+}
+
+// Rejected ends the running reindex of alias whose target is target as
+// failed with the engine's reason (the job row's error, which `searchsync
+// reindex status` shows); its owner notices at its next heartbeat, stops and
+// deletes the target. The cached targets are dropped, so that the next
+// batch no longer writes to it. A job already ended is left as it is.
+func (t *Targets) Rejected(ctx context.Context, alias, target, reason string) error {
+	msg := fmt.Sprintf("the new index %s rejected a live write: %s; fix the definition (or the data) and run `searchsync reindex %s` again", target, reason, alias)
+	if _, err := t.db.Exec(ctx, rejectSQL, JobKind, alias, target, msg); err != nil {
+		return fmt.Errorf("reindex: fail the reindex of %s: %w", alias, err)
+	}
+	t.mu.Lock()
+	t.m = nil
+	t.mu.Unlock()
+	return nil
 }

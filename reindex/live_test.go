@@ -221,7 +221,7 @@ func TestReindexUnderLoad(t *testing.T) {
 		_, prog, _ := b.jobState(b.alias)
 		return prog.Phase == PhaseReplay && prog.LastID > 0
 	}, "the first reindex replays")
-	target, err := Abort(b.ctx, b.db.Pool, b.eng, b.ecfg, b.alias, testLogger(t))
+	target, err := Abort(b.ctx, b.db.Pool, b.eng, b.alias, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,10 +320,10 @@ func (b *bundle) compareWith(a, ref string) {
 			b.t.Fatal(err)
 		}
 	}
-	r := newRaw(b.ecfg, nil)
-	read := func(ix string) map[string]scrollHit {
-		out := map[string]scrollHit{}
-		if err := r.scroll(b.ctx, ix, nil, 1000, true, func(_ int64, hits []scrollHit) error {
+	adm := b.eng.(indexer.Admin)
+	read := func(ix string) map[string]indexer.ScrollHit {
+		out := map[string]indexer.ScrollHit{}
+		if err := adm.Scroll(b.ctx, ix, nil, 1000, true, func(_ int64, hits []indexer.ScrollHit) error {
 			for _, h := range hits {
 				out[h.ID] = h
 			}
@@ -428,7 +428,7 @@ func TestHelperReindexProcess(t *testing.T) {
 	pool := testenv.Pool(t, os.Getenv("REINDEX_DB"), os.Getenv("REINDEX_SCHEMA"))
 	b := &bundle{t: t, ctx: ctx, alias: os.Getenv("REINDEX_ALIAS"), eng: eng, ecfg: ecfg}
 	b.set = newProjectionSet(t, b.alias)
-	cfg := Config{Pool: pool, Engine: eng, EngineConfig: ecfg, Def: b.def(emailAsText), Projections: b.set, Wants: wantsCustomer,
+	cfg := Config{Pool: pool, Engine: eng, Def: b.def(emailAsText), Projections: b.set, Wants: wantsCustomer,
 		Heartbeat: 200 * time.Millisecond, ChunkSize: 50, BulkSize: 50, Concurrency: 1, Logger: testLogger(t)}
 	r, err := New(cfg)
 	if err != nil {
@@ -439,7 +439,7 @@ func TestHelperReindexProcess(t *testing.T) {
 	t.Fatalf("the helper reindex was not killed: %v", err)
 }
 
-func (b *bundle) dumpAggregate(id string, got, want scrollHit) {
+func (b *bundle) dumpAggregate(id string, got, want indexer.ScrollHit) {
 	b.t.Logf("new: v%d %s", got.Version, got.Source)
 	b.t.Logf("ref: v%d %s", want.Version, want.Source)
 	rows, err := b.db.Pool.Query(b.ctx, `SELECT id, event_type, status::text, payload->>'version', payload->'after' FROM aa_outbox_event WHERE aggregate_id = $1 ORDER BY id`, id)

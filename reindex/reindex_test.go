@@ -321,7 +321,7 @@ func TestSeedLeavesOutCompactedTombstones(t *testing.T) {
 	if err := b.eng.Refresh(b.ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.raw.copyServerSide(b.ctx, src, dst, r.tombstoneQuery(skip), 100, 2, nil, nil); err != nil {
+	if _, err := r.copyServerSide(b.ctx, indexer.Copy{Source: src, Dest: dst, Query: r.tombstoneQuery(skip), Batch: 100, Slices: 2}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.eng.MGet(b.ctx, dst, []string{live, gone, kept, revived})

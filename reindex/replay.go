@@ -2,358 +2,476 @@ package reindex
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 )
 
-// replayEventsSQL reads the retained events after a cursor, in id order:
-// dispatched ones, and pending ones that no failed event of their aggregate
-// blocks (those will be delivered, to both indexes). failed and skipped
-// events never reached the live index, so the new one does not get them
-// either. $4 (aggregate types) is NULL when the projections of the alias use
-// patterns.
-const replayEventsSQL = `
-SELECT e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
-       e.correlation_id, e.payload, e.status, e.created_at,
-       CASE WHEN $5::text[] IS NULL THEN NULL ELSE e.payload #>> $5::text[] END` + replayWhereSQL
-
-const replayWhereSQL = `
-FROM aa_outbox_event e
-WHERE e.id > $1 AND e.id <= $2
-  AND ($4::text[] IS NULL OR e.aggregate_type = ANY($4))
-  AND (e.status = 'dispatched'
-       OR (e.status = 'pending' AND NOT EXISTS (
-             SELECT 1 FROM aa_outbox_event f
-             WHERE f.status = 'failed' AND f.aggregate_type = e.aggregate_type
-               AND f.aggregate_id = e.aggregate_id AND f.id < e.id)))
-ORDER BY e.id
-LIMIT $3`
-
-// replayHeadsSQL is replayEventsSQL without the payloads: what deciding
-// whether an event is older than the seed needs ($5, the version path, is
-// set).
-const replayHeadsSQL = `
-SELECT e.id, e.event_type, e.aggregate_type, e.aggregate_id, e.payload #>> $5::text[]` + replayWhereSQL
-
-// eventsByIDSQL reads whole events by id.
-const eventsByIDSQL = `
-SELECT e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
-       e.correlation_id, e.payload, e.status, e.created_at
-FROM aa_outbox_event e
-WHERE e.id = ANY($1::bigint[])
-ORDER BY e.id`
-
-// maxIDSQL is the live watermark.
-const maxIDSQL = `SELECT coalesce(max(id), 0) FROM aa_outbox_event`
-
-// countEventsSQL counts the retained events per type (for --dry-run and ETA).
-const countEventsSQL = `
-SELECT event_type, aggregate_type, count(*), coalesce(min(id), 0), coalesce(max(id), 0)
-FROM aa_outbox_event
-WHERE id > $1 AND status IN ('dispatched', 'pending')
-GROUP BY event_type, aggregate_type`
-
-// chunk is one read of the outbox.
-type chunk struct {
-	events []*outbox.Event
-	// versions are the raw payload versions at the alias's version path
-	// (-1 when unknown), for skipping events the seed holds newer
-	// without projecting them.
-	versions []int64
-	last     int64 // the cursor after this chunk
-	// heads says that the events lack their payloads (and tenant,
-	// correlation, status, time): readRest reads them for the events that
-	// are not older than the seed.
-	heads bool
-	read  int // events read (before readRest drops some)
+// read is one chunk read and projected ahead of the writes.
+type read struct {
+	c     *chunk
+	order []string
+	steps map[string][]*projections.Result
+	err   error
 }
 
-// readChunk reads the events of (after, until], at most ChunkSize. heads
-// reads them without payloads (see readRest).
-func (r *Reindexer) readChunk(ctx context.Context, after, until int64, heads bool) (*chunk, error) {
-	query := replayEventsSQL
-	if heads {
-		query = replayHeadsSQL
-	}
-	rows, err := r.cfg.Pool.Query(ctx, query, after, until, r.cfg.ChunkSize, r.aggTypes, r.versionPathSQL)
-	if err != nil {
-		return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
-	}
-	defer rows.Close()
-	c := &chunk{last: after, heads: heads}
-	for rows.Next() {
-		e := &outbox.Event{}
-		var tenant, agg, corr *uuid.UUID
-		var rawVersion *string
-		if heads {
-			err = rows.Scan(&e.ID, &e.EventType, &e.AggregateType, &agg, &rawVersion)
-		} else {
-			err = rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt, &rawVersion)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
-		}
-		e.TenantID, e.AggregateID, e.CorrelationID = tenant, agg, corr
-		c.events = append(c.events, e)
-		c.versions = append(c.versions, parseVersion(rawVersion))
-		c.last = e.ID
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reindex: read outbox after id %d: %w", after, err)
-	}
-	c.read = len(c.events)
-	if len(c.events) < r.cfg.ChunkSize {
-		c.last = until // nothing more up to the watermark
-	}
-	return c, nil
+// prefetch is a reader started before seeding (the events are read and
+// projected while the seed writes; nothing is written before the seed ends).
+type prefetch struct {
+	from, until int64
+	reads       <-chan read
+	cancel      context.CancelFunc
 }
 
-func parseVersion(raw *string) int64 {
-	if raw != nil {
-		if n, err := strconv.ParseInt(*raw, 10, 64); err == nil && n >= 0 {
-			return n
+const readAhead = 8 // chunks read and projected ahead of the writes
+
+// reader reads the chunks of (from, until] in one goroutine and projects
+// them in another (each chunk on every core), so that reading, projecting
+// and writing overlap.
+//
+// heads reads the events without payloads first (chunk.heads): the
+// projecting goroutine, once the seed is done, reads whole only those that
+// are not older than the seed. That is most of the replay's cost saved when
+// the live index holds nearly everything, as it does.
+func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (<-chan read, context.CancelFunc) {
+	raws := make(chan read, readAhead)
+	reads := make(chan read, readAhead)
+	rctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(raws)
+		cur := from
+		for cur < until {
+			t := time.Now()
+			c, err := r.readChunk(rctx, cur, until, heads)
+			if err == nil {
+				r.log.Debug("reindex: chunk read", "events", len(c.events), "read_ms", time.Since(t).Milliseconds())
+			}
+			select {
+			case raws <- read{c: c, err: err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+			cur = c.last
 		}
-	}
-	return -1
+	}()
+	go func() {
+		defer close(reads)
+		if r.seedDone != nil {
+			// Project only once the seeded versions are known: events the
+			// seed holds newer are then skipped without projecting them.
+			select {
+			case <-r.seedDone:
+			case <-rctx.Done():
+				for range raws {
+				}
+				return
+			}
+		}
+		for rd := range raws {
+			if rd.err == nil && rd.c.heads {
+				t := time.Now()
+				n := len(rd.c.events)
+				rd.err = r.readRest(rctx, rd.c)
+				r.log.Debug("reindex: chunk completed", "events", n, "read_whole", len(rd.c.events), "ms", time.Since(t).Milliseconds())
+			}
+			if rd.err == nil {
+				t := time.Now()
+				rd.order, rd.steps = r.project(rd.c)
+				r.log.Debug("reindex: chunk projected", "events", len(rd.c.events), "project_ms", time.Since(t).Milliseconds())
+			}
+			select {
+			case reads <- rd:
+			case <-rctx.Done():
+				for range raws {
+				}
+				return
+			}
+		}
+	}()
+	return reads, cancel
 }
 
-// readRest completes a chunk read without payloads: the events the search
-// consumer wants and the seed does not hold at a newer or equal version
-// are read whole; the others are dropped (counted as older than the seed).
-// An event gone in between (compacted: delivered long ago, so the seed
-// holds it) is dropped too.
-func (r *Reindexer) readRest(ctx context.Context, c *chunk) error {
-	var ids []int64
-	versions := map[int64]int64{}
-	for i, e := range c.events {
-		if r.cfg.Wants != nil && !r.cfg.Wants(e.EventType, e.AggregateType) {
-			continue
+// startPrefetch starts reading the first replay pass (from the recorded
+// cursor to the current watermark) while the seed copies (it starts after
+// the seed's tombstone look-up, whose outbox queries it would slow down).
+func (r *Reindexer) startPrefetch(ctx context.Context) {
+	var wm int64
+	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
+		return // the replay reads it again and reports the error
+	}
+	from := r.snapshot().LastID
+	// Without payloads where the seed decides which events are needed.
+	heads := r.seedDone != nil && r.idIsAggregate && r.versionPathSQL != nil
+	reads, cancel := r.reader(ctx, from, wm, heads)
+	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel}
+}
+
+// maxPasses bounds the replay passes; cacheMax the documents the replay
+// keeps in memory between chunks (the cache is dropped beyond it).
+const (
+	maxPasses = 50
+	cacheMax  = 200_000
+)
+
+// replay reads the outbox after progress.LastID up to the watermark (the
+// max id when the pass starts) and writes the coalesced documents; passes
+// repeat until one finds less than a chunk of new events.
+func (r *Reindexer) replay(ctx context.Context) error {
+	r.setPhase(PhaseReplay)
+	cache := map[string]*docState{}
+	rt := rate{start: time.Now()}
+	var docs atomic.Int64
+	docs.Store(r.snapshot().DocsWritten)
+	rt.n = docs.Load()
+	for pass := 0; pass < maxPasses; pass++ {
+		done, err := r.replayPass(ctx, pass, cache, &docs, &rt)
+		if err != nil || done {
+			return err
 		}
-		if r.seededNewer(e, c.versions[i]) {
-			continue
-		}
-		ids = append(ids, e.ID)
-		versions[e.ID] = c.versions[i]
-	}
-	c.events, c.versions, c.heads = c.events[:0], c.versions[:0], false
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := r.cfg.Pool.Query(ctx, eventsByIDSQL, ids)
-	if err != nil {
-		return fmt.Errorf("reindex: read %d outbox events by id: %w", len(ids), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		e := &outbox.Event{}
-		var tenant, agg, corr *uuid.UUID
-		if err := rows.Scan(&e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType, &agg, &corr, &e.Payload, &e.Status, &e.CreatedAt); err != nil {
-			return fmt.Errorf("reindex: read outbox events by id: %w", err)
-		}
-		e.TenantID, e.AggregateID, e.CorrelationID = tenant, agg, corr
-		c.events = append(c.events, e)
-		c.versions = append(c.versions, versions[e.ID])
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("reindex: read outbox events by id: %w", err)
 	}
 	return nil
 }
 
-// docState is the replay's view of one document: the state the last write
-// of the replay produced (or the target's document, read once).
-type docState struct {
-	version int64
-	doc     map[string]any
-	deleted bool
-	known   bool // doc is the whole state (from the target, the cache or a full-state event)
-	copy    bool // doc came from the live index and is written even if no step is newer
-	routing string
+// replayPass replays the events after the recorded LastID up to the
+// current watermark. done says that no further pass is needed: nothing was
+// new, or less than a chunk (what comes now reaches the target by dual
+// writes).
+func (r *Reindexer) replayPass(ctx context.Context, pass int, cache map[string]*docState, docs *atomic.Int64, rt *rate) (done bool, err error) {
+	var wm int64
+	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
+		return false, fmt.Errorf("reindex: read the outbox watermark: %w", err)
+	}
+	first := r.snapshot().LastID
+	r.update(func(p *Progress) { p.Watermark = wm })
+	if first >= wm {
+		return true, nil
+	}
+	reads, rcancel, wm := r.passReader(ctx, first, wm)
+	w := &passWriter{r: r, first: first, wm: wm, docs: docs, rt: rt, q: &settleQueue{r: r}}
+	w.reset(ctx)
+	failed := r.replayChunks(ctx, reads, cache, w)
+	rcancel()
+	for range reads {
+	}
+	if err := w.g.Wait(); failed == nil {
+		failed = err
+	}
+	if failed != nil {
+		return false, failed
+	}
+	w.q.settle()
+	n := r.snapshot().EventsReplayed
+	r.log.Info("reindex: replay pass done", "pass", pass+1, "watermark", wm, "events", n, "docs_written", docs.Load())
+	if err := r.saveProgress(ctx); err != nil {
+		return false, err
+	}
+	return wm-first < int64(r.cfg.ChunkSize), nil
 }
 
-// wants reports whether res (a projection result) belongs to the alias being
-// rebuilt: the definition's alias, and in per_tenant mode the tenant.
-func (r *Reindexer) wants(res *projections.Result) bool {
-	if res == nil || res.Index != r.cfg.Def.Alias || res.Op == projections.OpIgnore {
-		return false
+// passReader returns the reads of (from, wm]: the prefetch started during
+// the seed when it begins at from (its watermark then), a new reader
+// otherwise.
+func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read, context.CancelFunc, int64) {
+	pf := r.prefetch
+	r.prefetch = nil
+	if pf != nil && pf.from == from {
+		r.update(func(p *Progress) { p.Watermark = pf.until })
+		return pf.reads, pf.cancel, pf.until
 	}
-	if r.cfg.Def.Tenancy.Mode == mapping.TenancyPerTenant {
-		return strings.EqualFold(res.Tenant, r.cfg.Tenant)
+	if pf != nil {
+		pf.cancel()
+		for range pf.reads {
+		}
 	}
-	return true
+	reads, cancel := r.reader(ctx, from, wm, false)
+	return reads, cancel, wm
 }
 
-// project turns a chunk into per-document steps, in order; events that do
-// not belong to the alias are dropped, poison is counted and logged. The
-// events are projected on every core; the steps keep the id order.
-func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*projections.Result) {
-	results := make([]*projections.Result, len(c.events))
-	workers := max(1, min(runtime.GOMAXPROCS(0), len(c.events)/200))
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(c.events); i += workers {
-				e := c.events[i]
-				if r.cfg.Wants != nil && !r.cfg.Wants(e.EventType, e.AggregateType) {
-					continue
-				}
-				if r.seededNewer(e, c.versions[i]) {
-					continue
-				}
-				res, err := r.cfg.Projections.Project(e, []string{r.cfg.Def.Alias}, r.versionPath)
-				if err != nil {
-					if n := r.poison.Add(1); n <= 10 {
-						r.log.Warn("reindex: event skipped, the projection rejects it", "event_id", e.ID, "reason", err.Error())
-					}
-					continue
-				}
-				if r.wants(res) {
-					results[i] = res
-				}
+// replayChunks turns every chunk read into writes: documents the seed holds
+// newer are left out, the bases of the others are read, the steps applied,
+// the ops handed to w.
+func (r *Reindexer) replayChunks(ctx context.Context, reads <-chan read, cache map[string]*docState, w *passWriter) error {
+	for rd := range reads {
+		if rd.err != nil {
+			return rd.err
+		}
+		if w.gctx.Err() != nil {
+			return nil // a write failed: its error comes from w.g.Wait
+		}
+		if r.slow > 0 {
+			_ = sleep(w.gctx, r.slow)
+		}
+		// Documents seeded at a version no event of the chunk exceeds
+		// are complete already.
+		order := r.skipSeeded(rd.order, rd.steps, cache)
+		if err := r.loadBases(w.gctx, order, rd.steps, cache); err != nil {
+			return err
+		}
+		ops, err := r.chunkOps(order, rd.steps, cache)
+		if err != nil {
+			return err
+		}
+		w.write(rd.c, ops)
+		if len(cache) > cacheMax {
+			// Evict only when no write is in flight, so that a later
+			// read of the target sees every write of the replay.
+			if err := w.g.Wait(); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	steps = map[string][]*projections.Result{}
-	for _, res := range results {
-		if res == nil {
-			continue
+			w.reset(ctx)
+			clear(cache)
 		}
-		if _, ok := steps[res.ID]; !ok {
-			order = append(order, res.ID)
-		}
-		steps[res.ID] = append(steps[res.ID], res)
 	}
-	return order, steps
+	return nil
 }
 
-func (r *Reindexer) versionPath(string) string { return r.cfg.Def.VersionPath }
-
-// seededNewer reports whether the seed wrote e's document at a version not
-// older than e's, so that projecting e is useless. It only decides where
-// the projection's document id is the aggregate id and the payload version
-// could be read without decoding (versionPathSQL); otherwise the event is
-// projected and skipSeeded decides.
-func (r *Reindexer) seededNewer(e *outbox.Event, v int64) bool {
-	if v < 0 || e.AggregateID == nil || len(r.seeded) == 0 || !r.idIsAggregate {
-		return false
-	}
-	sv, ok := r.seeded[e.AggregateID.String()]
-	if !ok || v > sv {
-		return false
-	}
-	if p := r.cfg.Projections.Find(e.EventType, e.AggregateType, []string{r.cfg.Def.Alias}); p == nil || p.Go != "" {
-		return false
-	}
-	r.skippedEvents.Add(1)
-	return true
-}
-
-// apply runs the steps of one document onto st (coalescing) and returns the
-// op that writes the result, or ok false when no step is newer than st.
-// It builds documents exactly as the search consumer does (sink/search:
-// resolve and fold), so that replayed documents equal live ones: the tenant
-// field is filled in when the projection did not set it, a soft-delete
-// index gets "<tombstone_field>": false on every write and true on a delete
-// (the last state plus the flag), and a step not newer than the state is
-// skipped.
-func (r *Reindexer) apply(id string, st *docState, steps []*projections.Result) (op indexer.BulkOp, ok bool, err error) {
-	def := r.cfg.Def
-	maxVersion := st.version
-	applied := 0
-	for _, s := range steps {
-		if s.Op == projections.OpIgnore {
-			continue
+// loadBases puts into cache the current documents that the first step of
+// a document of order merges onto (partial updates, soft deletes) and the
+// cache lacks: from the target (seeded documents, earlier live writes),
+// else from the live index.
+func (r *Reindexer) loadBases(ctx context.Context, order []string, steps map[string][]*projections.Result, cache map[string]*docState) error {
+	var need []string
+	for _, id := range order {
+		first := steps[id][0]
+		if _, ok := cache[id]; !ok && ((first.Op == projections.OpIndex && first.Partial) ||
+			(first.Op == projections.OpDelete && r.cfg.Def.DeleteMode == mapping.DeleteSoft)) {
+			need = append(need, id)
 		}
-		if s.Version <= maxVersion && (maxVersion > 0 || applied > 0) {
-			continue
-		}
-		maxVersion = s.Version
-		applied++
-		switch s.Op {
-		case projections.OpIndex:
-			doc := s.Doc
-			if def.Tenancy.Mode == mapping.TenancyShared && s.Tenant != "" {
-				if _, ok := projections.Lookup(doc, def.Tenancy.Field); !ok {
-					doc = projections.Clone(doc)
-					if doc == nil {
-						doc = map[string]any{}
-					}
-					projections.SetPath(doc, def.Tenancy.Field, s.Tenant)
-				}
-			}
-			if s.Partial {
-				st.doc = projections.DeepMerge(st.doc, doc)
-			} else {
-				st.doc = projections.Clone(doc)
-				if st.doc == nil {
-					st.doc = map[string]any{}
-				}
-			}
-			st.deleted = false
-			if def.DeleteMode == mapping.DeleteSoft {
-				st.doc[def.TombstoneField] = false
-			}
-		case projections.OpDelete:
-			st.deleted = true
-			if def.DeleteMode == mapping.DeleteSoft {
-				if st.doc == nil {
-					st.doc = map[string]any{}
-				}
-				if s.Tenant != "" && def.Tenancy.Mode == mapping.TenancyShared {
-					if _, ok := projections.Lookup(st.doc, def.Tenancy.Field); !ok {
-						projections.SetPath(st.doc, def.Tenancy.Field, s.Tenant)
-					}
-				}
-				st.doc[def.TombstoneField] = true
-			} else {
-				st.doc = nil
-			}
-		}
-		st.known = true
-		st.version = s.Version
 	}
-	if applied == 0 && !st.copy {
-		return op, false, nil
+	if len(need) == 0 {
+		return nil
 	}
-	st.copy = false
-	op = indexer.BulkOp{Index: r.target, ID: id, Version: st.version, Routing: st.routing}
-	if st.deleted && def.DeleteMode == mapping.DeleteHard {
-		op.Type = indexer.OpDelete
-		return op, true, nil
-	}
-	b, err := json.Marshal(st.doc)
+	tm := time.Now()
+	found, err := r.mget(ctx, r.target, need)
+	r.log.Debug("reindex: mget", "ids", len(need), "ms", time.Since(tm).Milliseconds())
 	if err != nil {
-		return op, false, fmt.Errorf("reindex: document %s: %w", id, err)
+		return fmt.Errorf("reindex: read current documents from %s: %w", r.target, err)
 	}
-	op.Type, op.Doc = indexer.OpIndex, b
-	return op, true, nil
+	// A document the target lacks may be a tombstone of the live index
+	// (seeding skips them): its last state is the base, and it is copied
+	// even when no event is newer. Tombstones whose events were all
+	// compacted are dropped this way, the others kept.
+	if r.source != "" {
+		var missing []string
+		for _, id := range need {
+			if _, ok := found[id]; !ok {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			fromSource, err := r.mget(ctx, r.source, missing)
+			if err != nil {
+				return fmt.Errorf("reindex: read current documents from %s: %w", r.source, err)
+			}
+			for id, d := range fromSource {
+				d.copy = true
+				found[id] = d
+			}
+		}
+	}
+	for _, id := range need {
+		st := &docState{}
+		if d, ok := found[id]; ok {
+			m, err := projections.Decode(d.Source)
+			if err == nil {
+				st.doc, st.version, st.known, st.copy = m, d.Version, true, d.copy
+				if del, _ := m[r.cfg.Def.TombstoneField].(bool); del && r.cfg.Def.DeleteMode == mapping.DeleteSoft {
+					st.deleted = true
+				}
+			}
+		}
+		cache[id] = st
+	}
+	return nil
 }
 
-// rate is a moving docs/s figure.
-type rate struct {
-	start time.Time
-	n     int64
+// chunkOps applies the steps of every document of order onto its cached
+// state and returns the writes.
+func (r *Reindexer) chunkOps(order []string, steps map[string][]*projections.Result, cache map[string]*docState) ([]indexer.BulkOp, error) {
+	ops := make([]indexer.BulkOp, 0, len(order))
+	for _, id := range order {
+		st := cache[id]
+		if st == nil {
+			st = &docState{}
+			cache[id] = st
+		}
+		op, ok, err := r.apply(id, st, steps[id])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ops = append(ops, op)
+		}
+	}
+	return ops, nil
 }
 
-func (r *rate) perSecond(n int64) float64 {
-	d := time.Since(r.start).Seconds()
-	if d <= 0 {
-		return 0
+// passWriter sends the writes of one pass, at most Concurrency bulk
+// requests at once, and moves LastID through its settle queue.
+type passWriter struct {
+	r         *Reindexer
+	first, wm int64 // the pass's range, for the ETA
+	docs      *atomic.Int64
+	rt        *rate
+	q         *settleQueue
+	g         *errgroup.Group
+	gctx      context.Context
+}
+
+// reset starts a new group of writes (after the cache was dropped).
+func (w *passWriter) reset(ctx context.Context) {
+	w.g, w.gctx = errgroup.WithContext(ctx)
+	w.g.SetLimit(w.r.cfg.Concurrency)
+}
+
+// write queues chunk c with its ops and sends them in parts of BulkSize (a
+// chunk without ops still passes through the queue, in order).
+func (w *passWriter) write(c *chunk, ops []indexer.BulkOp) {
+	r := w.r
+	parts := max(1, (len(ops)+r.cfg.BulkSize-1)/r.cfg.BulkSize)
+	item := w.q.add(c.last, c.read, parts)
+	if r.hooks.beforeDispatch != nil {
+		r.hooks.beforeDispatch(c.last)
 	}
-	return float64(n-r.n) / d
+	gctx := w.gctx
+	for i := 0; i < len(ops) || i == 0; i += r.cfg.BulkSize {
+		part := ops[i:min(i+r.cfg.BulkSize, len(ops))]
+		w.g.Go(func() error {
+			if r.hooks.beforeBulk != nil {
+				r.hooks.beforeBulk(c.last)
+			}
+			if err := r.w.bulk(gctx, part); err != nil {
+				return err
+			}
+			n := w.docs.Add(int64(len(part)))
+			w.q.done(item)
+			r.update(func(p *Progress) {
+				p.DocsWritten = n
+				p.Rate = w.rt.perSecond(n)
+				if done := c.last - w.first; done > 0 && w.wm > c.last {
+					secs := time.Since(w.rt.start).Seconds() * float64(w.wm-c.last) / float64(done)
+					p.ETA = (time.Duration(secs) * time.Second).Round(time.Second).String()
+				} else {
+					p.ETA = "0s"
+				}
+			})
+			return nil
+		})
+		if len(ops) == 0 {
+			break
+		}
+	}
+}
+
+// settleQueue holds the chunks of a pass whose writes are in flight, in id
+// order, so that LastID only moves past chunks whose every write finished.
+type settleQueue struct {
+	r     *Reindexer
+	mu    sync.Mutex
+	queue []*inflight
+}
+
+// inflight is one chunk in the settle queue.
+type inflight struct {
+	last    int64
+	pending int // its writes not finished
+	events  int
+}
+
+// add queues a chunk with all its parts counted at once: a write of an
+// earlier chunk that settles in between must not take this chunk for done
+// (LastID would pass writes never sent, which a resumed run skips).
+func (q *settleQueue) add(last int64, events, parts int) *inflight {
+	it := &inflight{last: last, events: events, pending: parts}
+	q.mu.Lock()
+	q.queue = append(q.queue, it)
+	q.mu.Unlock()
+	return it
+}
+
+// done counts one finished write of it and settles what it can.
+func (q *settleQueue) done(it *inflight) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it.pending--
+	q.settleLocked()
+}
+
+// settle moves LastID past the leading chunks that are done.
+func (q *settleQueue) settle() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.settleLocked()
+}
+
+func (q *settleQueue) settleLocked() {
+	for len(q.queue) > 0 && q.queue[0].pending == 0 {
+		it := q.queue[0]
+		q.queue = q.queue[1:]
+		q.r.update(func(p *Progress) {
+			p.LastID = it.last
+			p.EventsReplayed += int64(it.events)
+		})
+	}
+}
+
+// baseDoc is a current document read for the replay.
+type baseDoc struct {
+	indexer.Doc
+	copy bool // read from the live index: copy it even when no event is newer
+}
+
+func (r *Reindexer) mget(ctx context.Context, index string, ids []string) (map[string]baseDoc, error) {
+	m, err := r.cfg.Engine.MGet(ctx, index, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]baseDoc, len(m))
+	for k, v := range m {
+		out[k] = baseDoc{Doc: v}
+	}
+	return out, nil
+}
+
+// skipSeeded drops the documents whose every step in the chunk is not newer
+// than the version seeded for them, and the steps older than it for the
+// others: seeding wrote a later state already.
+func (r *Reindexer) skipSeeded(order []string, steps map[string][]*projections.Result, cache map[string]*docState) []string {
+	if len(r.seeded) == 0 {
+		return order
+	}
+	out := order[:0]
+	for _, id := range order {
+		v, ok := r.seeded[id]
+		if !ok {
+			out = append(out, id)
+			continue
+		}
+		st := steps[id]
+		if st[len(st)-1].Version <= v {
+			r.skipped.Add(1)
+			continue
+		}
+		if _, cached := cache[id]; !cached {
+			// Only the events after the seeded version matter; the base
+			// is the seeded document (read from the target).
+			i := 0
+			for i < len(st) && st[i].Version <= v {
+				i++
+			}
+			steps[id] = st[i:]
+		}
+		out = append(out, id)
+	}
+	return out
 }

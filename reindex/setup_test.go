@@ -154,7 +154,7 @@ func (b *bundle) compact(share float64) int64 {
 
 func (b *bundle) config(def *mapping.Def) Config {
 	return Config{
-		Pool: b.db.Pool, Engine: b.eng, EngineConfig: b.ecfg, Def: def, Projections: b.set,
+		Pool: b.db.Pool, Engine: b.eng, Def: def, Projections: b.set,
 		Heartbeat: 200 * time.Millisecond, StaleAfter: 2 * time.Second, ChunkSize: 500, BulkSize: 500,
 		Logger: testLogger(b.t),
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
 )
@@ -106,9 +107,9 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			newC, rep.NewTotal, err2 = r.raw.groupCounts(ctx, target, filter, r.cfg.GroupBy)
+			newC, rep.NewTotal, err2 = r.adm.GroupCounts(ctx, target, filter, r.cfg.GroupBy)
 		}()
-		oldC, rep.OldTotal, err = r.raw.groupCounts(ctx, source, filter, r.cfg.GroupBy)
+		oldC, rep.OldTotal, err = r.adm.GroupCounts(ctx, source, filter, r.cfg.GroupBy)
 		wg.Wait()
 		if err = cmp.Or(err, err2); err != nil {
 			return nil, err
@@ -259,7 +260,7 @@ func (r *Reindexer) refresh(ctx context.Context, indexes ...string) error {
 
 func (r *Reindexer) versions(ctx context.Context, index string, filter json.RawMessage) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := r.raw.scroll(ctx, index, filter, 5000, false, func(_ int64, hits []scrollHit) error {
+	err := r.adm.Scroll(ctx, index, filter, 5000, false, func(_ int64, hits []indexer.ScrollHit) error {
 		for _, h := range hits {
 			out[h.ID] = h.Version
 		}

@@ -3,71 +3,160 @@ package reindex
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/sink"
 )
 
-// writer sends bulk requests to the target with bounded retries: 409 is
-// stale (the target already holds that version or a newer one, which is
-// correct), 429 and 5xx items are retried alone with backoff, transport
-// failures retry the whole request, anything else stops the reindex with the
-// engine's reason.
+// maxWriteRounds bounds how often ops answered Retry (a 5xx of the item
+// after the Writer's own retries) are sent again before the reindex fails.
+const maxWriteRounds = 8
+
+// writer sends the reindex's writes to the target through indexer.Writer —
+// the bulk path and the classification (indexer.Classify) of the search
+// consumer — and decides what each outcome means for a reindex:
+//
+//   - OK and Stale are written (Stale: the target holds that version or a
+//     newer one, which is correct).
+//   - Poison (the new definition refuses the document, or the request as a
+//     whole): the reindex fails with the engine's reason.
+//   - Retry (an item answered 5xx while its neighbours were written, after
+//     the Writer's own retries): sent again, up to maxWriteRounds rounds in
+//     all; then the reindex fails with the last reason.
+//   - Unavailable (no answer, overloaded, a cluster or index write block,
+//     401/403, a missing index): the reindex waits as the relay does — it
+//     probes the engine (ping and write blocks of the target) with backoff
+//     up to a probe every maxWait, records the reason in
+//     aa_job.progress.waiting, and sends again once the probe passes. The
+//     heartbeat goes on meanwhile, so the job stays this run's; abort or an
+//     interrupt (the job resumes later) end the wait.
+//   - NotAttempted: when the context ended, its error; otherwise (an
+//     earlier request of the same write failed as a whole) sent again with
+//     the Unavailable ones.
 type writer struct {
 	eng     indexer.Engine
+	w       *indexer.Writer
+	log     *slog.Logger
+	waiting func(reason string) // records (or, with "", clears) the reason of a wait
+	maxWait time.Duration       // the longest pause between two probes
+
 	written atomic.Int64
 	stale   atomic.Int64
 }
 
-const maxWriteAttempts = 8
+func newWriter(eng indexer.Engine, bulkSize, concurrency int, log *slog.Logger, waiting func(string)) *writer {
+	return &writer{
+		eng:     eng,
+		w:       indexer.NewWriter(eng, indexer.WriterConfig{FlushCount: bulkSize, Concurrency: concurrency, Logger: log}),
+		log:     log,
+		waiting: waiting,
+		maxWait: 30 * time.Second,
+	}
+}
 
+// bulk writes ops (one target index) until each is written or stale; see
+// writer for what stops it.
 func (w *writer) bulk(ctx context.Context, ops []indexer.BulkOp) error {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = 5 * time.Second
-	bo.MaxElapsedTime = 0
+	if len(ops) == 0 {
+		return nil
+	}
 	pending := ops
-	for attempt := 1; ; attempt++ {
-		res, err := w.eng.Bulk(ctx, pending)
-		if err != nil {
-			if !indexer.IsTemporary(err) || attempt >= maxWriteAttempts {
-				return fmt.Errorf("reindex: bulk of %d ops: %w", len(pending), err)
-			}
-		} else {
-			var retry []indexer.BulkOp
-			var lastErr string
-			for i, r := range res {
-				switch {
-				case r.Status >= 200 && r.Status < 300:
-					w.written.Add(1)
-				case r.Status == http.StatusConflict:
-					w.stale.Add(1)
-				case r.Status == http.StatusNotFound && pending[i].Type == indexer.OpDelete:
-					w.written.Add(1) // a versioned delete of a missing document: nothing to delete
-				case r.Status == http.StatusTooManyRequests || r.Status >= 500:
-					retry = append(retry, pending[i])
-					lastErr = fmt.Sprintf("%d %s: %s", r.Status, r.ErrType, r.ErrReason)
-				default:
-					return fmt.Errorf("reindex: %s %s/%s version %d rejected by the engine: %d %s: %s",
-						pending[i].Type, pending[i].Index, pending[i].ID, pending[i].Version, r.Status, r.ErrType, r.ErrReason)
+	// One backoff for the whole call: an engine that passes the probe but
+	// still refuses the writes (401/403 on the write only) is tried less
+	// and less often, up to every maxWait.
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(500*time.Millisecond), backoff.WithMaxInterval(w.maxWait), backoff.WithMaxElapsedTime(0))
+	for round := 1; ; round++ {
+		outs := w.w.Write(ctx, pending)
+		var again []indexer.BulkOp
+		var unavailable, retry string
+		for i, o := range outs {
+			switch o.Kind {
+			case sink.OK:
+				w.written.Add(1)
+			case sink.Stale:
+				w.stale.Add(1)
+			case sink.Poison:
+				return fmt.Errorf("reindex: the engine rejected a write: %s", o.Reason)
+			case sink.Retry:
+				retry = o.Reason
+				again = append(again, pending[i])
+			case sink.Unavailable:
+				unavailable = o.Reason
+				again = append(again, pending[i])
+			default: // NotAttempted
+				if err := context.Cause(ctx); err != nil {
+					return err
 				}
+				again = append(again, pending[i])
 			}
-			if len(retry) == 0 {
-				return nil
-			}
-			if attempt >= maxWriteAttempts {
-				return fmt.Errorf("reindex: %d ops still failing after %d attempts: %s", len(retry), attempt, lastErr)
-			}
-			pending = retry
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(bo.NextBackOff()):
+		if len(again) == 0 {
+			return nil
+		}
+		pending = again
+		switch {
+		case unavailable != "":
+			if err := w.wait(ctx, b, pending[0].Index, unavailable); err != nil {
+				return err
+			}
+		case retry != "" && round >= maxWriteRounds:
+			return fmt.Errorf("reindex: %d writes still failing after %d rounds: %s", len(pending), round, retry)
 		}
 	}
+}
+
+// wait pauses the writes until the engine can take them again: a probe
+// (ping, the write blocks of index) with backoff.
+func (w *writer) wait(ctx context.Context, b backoff.BackOff, index, reason string) error {
+	w.log.Warn("reindex: the engine cannot take writes; waiting", "index", index, "reason", reason)
+	w.waiting(reason)
+	defer w.waiting("")
+	start := time.Now()
+	for {
+		if err := sleep(ctx, b.NextBackOff()); err != nil {
+			return err
+		}
+		why := w.probe(ctx, index)
+		if why == "" {
+			w.log.Info("reindex: the engine takes writes again", "index", index, "waited", time.Since(start).Round(time.Millisecond).String())
+			return nil
+		}
+		if err := context.Cause(ctx); err != nil {
+			return err
+		}
+		w.waiting(why)
+		w.log.Debug("reindex: still waiting for the engine", "index", index, "reason", why)
+	}
+}
+
+// probe returns what stands in the way of writing to index ("" when
+// nothing does, as far as the engine tells).
+func (w *writer) probe(ctx context.Context, index string) string {
+	if err := w.eng.Ping(ctx); err != nil {
+		return err.Error()
+	}
+	blocks, err := w.eng.WriteBlocks(ctx, index)
+	if ee, ok := indexer.AsEngineError(err); ok && (ee.Status == http.StatusUnauthorized || ee.Status == http.StatusForbidden) {
+		// A user without the cluster state privilege: the blocks cannot be
+		// read; the next write tells.
+		return ""
+	}
+	if err != nil {
+		return err.Error()
+	}
+	if len(blocks) > 0 {
+		s := make([]string, len(blocks))
+		for i, b := range blocks {
+			s[i] = b.String()
+		}
+		return "the engine refuses writes: " + strings.Join(s, "; ")
+	}
+	return ""
 }

@@ -59,7 +59,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	var last time.Time
 	cfg := reindex.Config{
-		Pool: pool, Engine: eng, EngineConfig: e.cfg.Engine, Def: def, Tenant: tenant, Projections: set,
+		Pool: pool, Engine: eng, Def: def, Tenant: tenant, Projections: set,
 		Wants: searchRoutes(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, Force: c.Force, ClientSeed: c.ClientSeed,
 		ChunkSize: c.ChunkSize, BulkSize: c.BulkSize, Concurrency: c.Concurrency, Logger: e.logger,
 		OnProgress: func(p reindex.Progress) {
@@ -174,6 +174,9 @@ func searchRoutes(cfg *config.Config, alias string) func(eventType, aggregateTyp
 }
 
 func progressLine(p reindex.Progress) string {
+	if p.Waiting != "" {
+		return p.Phase + ": waiting for the engine: " + p.Waiting
+	}
 	switch p.Phase {
 	case reindex.PhaseSeed:
 		return fmt.Sprintf("seed: %d documents copied (%.0f docs/s, ETA %s)", p.DocsSeeded, p.Rate, orDash(p.ETA))
@@ -231,7 +234,7 @@ func (c *ReindexAbortCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer closeAll()
-	target, err := reindex.Abort(ctx, pool, eng, e.cfg.Engine, c.Alias, e.logger)
+	target, err := reindex.Abort(ctx, pool, eng, c.Alias, e.logger)
 	if errors.Is(err, reindex.ErrNoJob) {
 		return fmt.Errorf("reindex abort: no reindex of %s is running", c.Alias)
 	}
@@ -294,6 +297,9 @@ func (c *ReindexStatusCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Printf("job %d  %-10s %-9s %s → %s  phase %s  last id %d/%d  seeded %d  replayed %d  started %s  heartbeat %s ago\n",
 			j.ID, j.Alias, j.State, j.Params.Source, j.Params.Target, j.Progress.Phase, j.Progress.LastID, j.Progress.Watermark,
 			j.Progress.DocsSeeded, j.Progress.EventsReplayed, j.StartedAt.Format(time.RFC3339), j.HeartbeatAge.Round(time.Second))
+		if j.State == "running" && j.Progress.Waiting != "" {
+			fmt.Printf("        waiting: %s\n", j.Progress.Waiting)
+		}
 		if j.Error != "" {
 			fmt.Printf("        error: %s\n", firstLine(j.Error))
 		}

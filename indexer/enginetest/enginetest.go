@@ -2,8 +2,9 @@
 // pass, run against a real engine: index definitions and _meta, aliases and
 // atomic swaps, versioned bulk writes (external versions, conflicts, stale
 // deletes, mapping rejections read per item), _mget, refresh, search and
-// count through a filtered alias, write blocks, and transport failures when
-// the engine is down.
+// count through a filtered alias, write blocks, transport failures when
+// the engine is down, and indexer.Admin (admin.go: scroll, group counts,
+// settings, health, the server-side copy task).
 package enginetest
 
 import (
@@ -43,6 +44,7 @@ func Run(t *testing.T, url string, newEngine NewEngine) {
 	t.Run("SearchThroughFilteredAlias", s.testSearchThroughFilteredAlias)
 	t.Run("EngineDown", s.testEngineDown)
 	t.Run("EngineComesBack", s.testEngineComesBack)
+	s.runAdmin(t)
 }
 
 type suite struct {

@@ -37,6 +37,12 @@ import (
 // also be written to while a reindex of that alias runs (reindex.Targets).
 type DualWrites interface {
 	For(ctx context.Context, alias string) ([]string, error)
+	// Rejected reports that target refused a write for good (poison: its
+	// new mapping rejects the document): the reindex fails with reason,
+	// and its target gets no more writes. The live event is not at fault;
+	// its outcome is the live index's. An error (the job could not be
+	// told) makes the event Unavailable, so that it is tried again.
+	Rejected(ctx context.Context, alias, target, reason string) error
 }
 
 // Config configures the search consumer.
@@ -91,7 +97,9 @@ type ConsumerStats struct {
 // fails, the first event of the document gets the Unavailable, Retry or
 // Poison with the engine's reason and the later ones NotAttempted. A write
 // to an alias and to the target of a running reindex has the worse of the
-// two outcomes (Poison over Unavailable over Retry over NotAttempted). A poison event (from the
+// two outcomes (Unavailable over Retry over NotAttempted), except that a
+// target refusing the document for good (poison) fails the reindex through
+// DualWrites.Rejected and leaves the event the live outcome. A poison event (from the
 // projection) stops its aggregate: the events before it are still written
 // (the state up to the last good one, with its version), the later ones are
 // NotAttempted. A coalesced write that the engine rejects as poison is
@@ -683,6 +691,7 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 	res := make([]sink.Outcome, len(writes))
 	var ops []indexer.BulkOp
 	var owner []int
+	var dual []bool // ops[j] is a write to a reindex target
 	for i, p := range writes {
 		if c.cfg.DualWrites != nil {
 			extra, err := c.cfg.DualWrites.For(ctx, p.t.alias)
@@ -695,11 +704,13 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 		}
 		ops = append(ops, *p.op)
 		owner = append(owner, i)
+		dual = append(dual, false)
 		for _, x := range p.extra {
 			op := *p.op
 			op.Index, op.RequireAlias = x, false // a physical reindex target
 			ops = append(ops, op)
 			owner = append(owner, i)
+			dual = append(dual, true)
 		}
 	}
 	if len(ops) == 0 {
@@ -714,6 +725,16 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 		if oc.Kind == sink.Unavailable && o.Result.ErrType == "index_not_found_exception" && ops[j].RequireAlias {
 			oc = c.missing(ops[j].Index, fmt.Sprintf("engine answered %d %s: %s", o.Result.Status, o.Result.ErrType, o.Result.ErrReason))
 		}
+		if dual[j] && oc.Kind == sink.Poison {
+			// The new mapping of a running reindex refuses the document:
+			// the reindex fails, not the live event.
+			if err := c.cfg.DualWrites.Rejected(ctx, writes[i].t.alias, ops[j].Index, oc.Reason); err != nil {
+				oc = sink.Unavailablef("reindex target %s rejected the write (%s) and the reindex could not be failed: %v", ops[j].Index, oc.Reason, err)
+			} else {
+				c.logger.Warn("reindex target rejected a live write; the reindex fails", "alias", writes[i].t.alias, "target", ops[j].Index, "reason", oc.Reason)
+				continue
+			}
+		}
 		if !seen[i] {
 			seen[i] = true
 			res[i] = oc
@@ -727,8 +748,9 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 // worse combines the outcomes of one document written to several indexes:
 // the document is delivered only when every index took it. Unavailable
 // ranks above Retry (one index unavailable pauses the consumer rather than
-// counting attempts) and below Poison (an event one index rejects for good
-// fails whatever the other says).
+// counting attempts) and below Poison (an event the live index rejects for
+// good fails whatever a target says; a target's poison never gets here, see
+// send).
 func worse(a, b sink.Outcome) sink.Outcome {
 	rank := func(k sink.Kind) int {
 		switch k {

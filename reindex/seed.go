@@ -1,0 +1,221 @@
+package reindex
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/projections"
+)
+
+// seed copies the documents of the live index to the target with their
+// versions as external versions: every document, tombstones included,
+// except the tombstones that no retained outbox event mentions any more
+// (see compactedTombstones). It records the versions it copies (r.seeded).
+func (r *Reindexer) seed(ctx context.Context, source string) error {
+	r.setPhase(PhaseSeed)
+	r.update(func(p *Progress) { p.DocsSeeded = 0 })
+	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
+		return r.seedServerSide(ctx, source)
+	}
+	skip, err := r.compactedTombstones(ctx, source)
+	if err != nil {
+		return err
+	}
+	r.startPrefetch(ctx)
+	query := r.tombstoneQuery(skip) // all documents but skip
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.Concurrency)
+	rt := rate{start: time.Now()}
+	var seeded atomic.Int64
+	// Pages of two bulks: fewer scroll round trips, the same bulk size.
+	err = r.adm.Scroll(gctx, source, query, 2*r.cfg.BulkSize, true, func(total int64, hits []indexer.ScrollHit) error {
+		ops := make([]indexer.BulkOp, 0, len(hits))
+		for _, h := range hits {
+			doc := h.Source
+			if r.cfg.Reproject != nil {
+				m, err := projections.Decode(h.Source)
+				if err != nil {
+					return fmt.Errorf("reindex: document %s of %s: %w", h.ID, source, err)
+				}
+				if m, err = r.cfg.Reproject(m); err != nil {
+					return fmt.Errorf("reindex: re-project document %s of %s: %w", h.ID, source, err)
+				}
+				if doc, err = json.Marshal(m); err != nil {
+					return fmt.Errorf("reindex: document %s: %w", h.ID, err)
+				}
+			}
+			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, Index: r.target, ID: h.ID, Version: h.Version, Routing: h.Routing, Doc: doc})
+		}
+		r.seededMu.Lock()
+		for _, h := range hits {
+			r.seeded[h.ID] = h.Version
+		}
+		r.seededMu.Unlock()
+		for len(ops) > 0 {
+			part := ops[:min(len(ops), r.cfg.BulkSize)]
+			ops = ops[len(part):]
+			r.seedBulk(gctx, g, part, &seeded, &rt, total)
+		}
+		return nil
+	})
+	if gerr := g.Wait(); err == nil {
+		err = gerr
+	}
+	if err != nil {
+		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
+	}
+	r.update(func(p *Progress) { p.SeedDone = true })
+	r.log.Info("reindex: seeded from the live index", "docs", seeded.Load(), "source", source)
+	return r.saveProgress(ctx)
+}
+
+// seedServerSide copies the live documents with the engine's _reindex (no
+// transfer through searchsync), sliced by Concurrency, with the bulk size
+// as batch: every document but the tombstones whose events were all
+// compacted (looked up first). A scroll of ids and versions only runs
+// beside the copy and records the versions it copies.
+//
+// The versions are read from the source. They never exceed what the target
+// ends up holding: a version the scroll sees was either in the copy's
+// snapshot or written live after dual writes began (the source was
+// refreshed after that), which writes the target too.
+func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
+	if t := r.snapshot().SeedTask; t != "" {
+		// The copy of an interrupted run may still be going on.
+		if err := r.adm.CancelTask(ctx, t); err != nil {
+			r.log.Warn("reindex: cancel the seed task of the interrupted run", "task", t, "error", err.Error())
+		}
+	}
+	skip, err := r.compactedTombstones(ctx, source)
+	if err != nil {
+		return err
+	}
+	r.startPrefetch(ctx)
+	query := r.tombstoneQuery(skip)
+	rt := rate{start: time.Now()}
+	st := &indexer.TaskInfo{}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		st, err = r.copyServerSide(gctx, indexer.Copy{Source: source, Dest: r.target, Query: query, Batch: r.cfg.BulkSize, Slices: r.cfg.Concurrency}, func(task string) {
+			r.update(func(p *Progress) { p.SeedTask = task })
+			_ = r.saveProgress(gctx) // so that abort can cancel it
+		}, func(s *indexer.TaskInfo) {
+			n := s.Created + s.Updated + s.VersionConflicts
+			r.update(func(p *Progress) {
+				p.DocsSeeded = n
+				p.Rate = rt.perSecond(n)
+				if p.Rate > 0 && s.Total > n {
+					p.ETA = (time.Duration(float64(s.Total-n)/p.Rate) * time.Second).Round(time.Second).String()
+				}
+			})
+		})
+		if st == nil {
+			st = &indexer.TaskInfo{}
+		}
+		r.log.Debug("reindex: server-side copy done", "docs", st.Created+st.Updated, "ms", time.Since(rt.start).Milliseconds())
+		return err
+	})
+	g.Go(func() error {
+		// The versions copied: an event not newer needs no replay.
+		err := r.adm.Scroll(gctx, source, query, 10000, false, func(_ int64, hits []indexer.ScrollHit) error {
+			r.seededMu.Lock()
+			for _, h := range hits {
+				r.seeded[h.ID] = h.Version
+			}
+			r.seededMu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read the versions of %s: %w", source, err)
+		}
+		r.log.Debug("reindex: seeded versions read", "docs", len(r.seeded), "ms", time.Since(rt.start).Milliseconds())
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		clear(r.seeded)
+		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
+	}
+	for _, id := range skip {
+		// Seen by the scroll only if revived in between (then copied): its
+		// events are replayed rather than skipped.
+		delete(r.seeded, id)
+	}
+	n := st.Created + st.Updated
+	r.w.stale.Add(st.VersionConflicts)
+	r.update(func(p *Progress) { p.DocsSeeded = n; p.SeedDone = true; p.SeedTask = "" })
+	r.log.Info("reindex: seeded from the live index (server-side _reindex)", "docs", n, "conflicts", st.VersionConflicts, "tombstones_left_out", len(skip), "source", source)
+	return r.saveProgress(ctx)
+}
+
+func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []indexer.BulkOp, seeded *atomic.Int64, rt *rate, total int64) {
+	g.Go(func() error {
+		if err := r.w.bulk(ctx, ops); err != nil {
+			return err
+		}
+		n := seeded.Add(int64(len(ops)))
+		r.update(func(p *Progress) {
+			p.DocsSeeded = n
+			p.Rate = rt.perSecond(n)
+			if p.Rate > 0 && total > n {
+				p.ETA = (time.Duration(float64(total-n)/p.Rate) * time.Second).Round(time.Second).String()
+			}
+		})
+		return nil
+	})
+}
+
+// copyServerSide runs the engine's copy c as a task and follows it:
+// started gets the task id, progress its status about every second. A
+// document the target refuses (a failure of the task) fails the copy with
+// the engine's reason. A cancelled ctx cancels the task.
+func (r *Reindexer) copyServerSide(ctx context.Context, c indexer.Copy, started func(task string), progress func(*indexer.TaskInfo)) (*indexer.TaskInfo, error) {
+	task, err := r.adm.StartCopy(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s to %s: %w", c.Source, c.Dest, err)
+	}
+	if started != nil {
+		started(task)
+	}
+	cancelTask := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := r.adm.CancelTask(cctx, task); err != nil {
+			r.log.Warn("reindex: cancel the copy task", "task", task, "error", err.Error())
+		}
+	}
+	for {
+		// Waits up to a second for the task to complete: progress every
+		// second, completion noticed at once.
+		t, err := r.adm.Task(ctx, task, time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				cancelTask()
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("copy %s to %s: task %s: %w", c.Source, c.Dest, task, err)
+		}
+		if progress != nil {
+			progress(t)
+		}
+		if t.Completed {
+			switch {
+			case t.Error != nil:
+				return t, fmt.Errorf("copy %s to %s: %s: %s", c.Source, c.Dest, t.Error.Type, t.Error.Reason)
+			case len(t.Failures) > 0:
+				return t, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", c.Source, c.Dest, len(t.Failures), t.Failures[0])
+			}
+			return t, nil
+		}
+		if ctx.Err() != nil {
+			cancelTask()
+			return nil, ctx.Err()
+		}
+	}
+}
