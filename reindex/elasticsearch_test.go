@@ -1,7 +1,9 @@
 package reindex
 
 import (
+	"cmp"
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -18,68 +20,83 @@ import (
 func TestReindexOnElasticsearch(t *testing.T) {
 	t.Parallel()
 	for _, clientSeed := range []bool{false, true} {
-		name := "server_side_seed"
-		if clientSeed {
-			name = "client_seed"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(seedName(clientSeed), func(t *testing.T) {
 			t.Parallel()
-			b := setupElasticsearch(t)
-			b.write(1500)
-			b.dispatchAll()
-			old := b.buildLive(b.def(nil))
-			b.checkTruth(b.alias)
-			t.Logf("compaction removed %d events", b.compact(0.5))
-			b.write(300)
-			b.dispatchAll()
-			live, err := New(b.config(b.def(nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			live.target = old
-			live.update(func(p *Progress) { p.LastID = 0 })
-			if err := live.replay(b.ctx); err != nil {
-				t.Fatal(err)
-			}
-
-			def := b.def(emailAsText)
-			cfg := b.config(def)
-			cfg.ClientSeed = clientSeed
-			r, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := r.Run(b.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.OldIndex != old || res.NewIndex != mapping.PhysicalName(b.alias, 2) || !res.Verify.OK || res.Verify.Compared == 0 {
-				t.Fatalf("result: %+v\n%s", res, res.Verify)
-			}
-			targets, err := b.eng.AliasTargets(b.ctx, b.alias)
-			if err != nil || len(targets) != 1 || targets[0] != res.NewIndex {
-				t.Fatalf("alias points to %v (%v)", targets, err)
-			}
-			b.checkTruth(b.alias)
-			if st, err := mapping.Check(b.ctx, b.eng, def); err != nil || st.Drift {
-				t.Fatalf("after the reindex: %+v %v", st, err)
-			}
+			ecfg := config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}}
+			reindexOn(t, setupEngine(t, ecfg, nil), nil, clientSeed)
 		})
 	}
 }
 
-// setupElasticsearch is setup with the bundle's engine on the Elasticsearch
-// node (kind elasticsearch); its indexes there are deleted at cleanup.
-func setupElasticsearch(t *testing.T) *bundle {
+func seedName(clientSeed bool) string {
+	if clientSeed {
+		return "client_seed"
+	}
+	return "server_side_seed"
+}
+
+// reindexOn builds a live index from 1500 events, compacts half of them,
+// writes 300 more and reindexes with a mapping change; hc carries the
+// reindex's raw calls.
+func reindexOn(t *testing.T, b *bundle, hc *http.Client, clientSeed bool) {
 	t.Helper()
-	b := setup(t)
-	b.ecfg = config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}}
-	eng, err := indexer.New(b.ecfg, nil)
+	b.write(1500)
+	b.dispatchAll()
+	old := b.buildLive(b.def(nil))
+	b.checkTruth(b.alias)
+	t.Logf("compaction removed %d events", b.compact(0.5))
+	b.write(300)
+	b.dispatchAll()
+	lcfg := b.config(b.def(nil))
+	lcfg.HTTPClient = hc
+	live, err := New(lcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if eng.Kind() != "elasticsearch" {
-		t.Fatalf("engine kind %s", eng.Kind())
+	live.target = old
+	live.update(func(p *Progress) { p.LastID = 0 })
+	if err := live.replay(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	def := b.def(emailAsText)
+	cfg := b.config(def)
+	cfg.ClientSeed = clientSeed
+	cfg.HTTPClient = hc
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OldIndex != old || res.NewIndex != mapping.PhysicalName(b.alias, 2) || !res.Verify.OK || res.Verify.Compared == 0 {
+		t.Fatalf("result: %+v\n%s", res, res.Verify)
+	}
+	targets, err := b.eng.AliasTargets(b.ctx, b.alias)
+	if err != nil || len(targets) != 1 || targets[0] != res.NewIndex {
+		t.Fatalf("alias points to %v (%v)", targets, err)
+	}
+	b.checkTruth(b.alias)
+	if st, err := mapping.Check(b.ctx, b.eng, def); err != nil || st.Drift {
+		t.Fatalf("after the reindex: %+v %v", st, err)
+	}
+}
+
+// setupEngine is setup with the bundle's engine on another cluster (ecfg,
+// hc as indexer.New takes them). The bundle's indexes there are deleted at
+// cleanup.
+func setupEngine(t *testing.T, ecfg config.Engine, hc *http.Client) *bundle {
+	t.Helper()
+	b := setup(t)
+	b.ecfg = ecfg
+	eng, err := indexer.New(b.ecfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cmp.Or(ecfg.Kind, "opensearch"); eng.Kind() != want {
+		t.Fatalf("engine kind %s, want %s", eng.Kind(), want)
 	}
 	b.eng = eng
 	t.Cleanup(func() {
