@@ -107,7 +107,9 @@ healthy() {
   # shellcheck disable=SC1090
   source "$SECRETS"
   [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 -H 'Authorization: Bearer wrong' "$URL/")" == 401 ]] || return 1
-  curl -sf --max-time 3 -H "Authorization: ApiKey $API_KEY" "$URL/_cluster/health" >/dev/null 2>&1
+  # the key goes to curl on stdin (-K -), not on its command line
+  printf 'header = "Authorization: ApiKey %s"\n' "$API_KEY" |
+    curl -sf -K - --max-time 3 "$URL/_cluster/health" >/dev/null 2>&1
 }
 
 cmd_start() {

@@ -20,7 +20,7 @@
 #   OPENSEARCH_SECURE_PORT           HTTP port (default 9220; transport uses port+100)
 #   OPENSEARCH_SECURE_HEAP           JVM heap flags (default "-Xms384m -Xmx384m")
 #   OPENSEARCH_SECURE_JAVA_OPTS      extra JVM flags
-#   OPENSEARCH_SECURE_START_TIMEOUT  seconds to wait for a healthy node (default 240)
+#   OPENSEARCH_SECURE_START_TIMEOUT  seconds to wait for a healthy node (default 300)
 #   SEARCHSYNC_RUN_DIR               default /tmp/searchsync-run
 set -euo pipefail
 
@@ -37,7 +37,7 @@ MVN_ARGS="-Popensearch-2.19.4"
 MARKER="opensearch-launcher/target-2.19.4"
 PORT="${OPENSEARCH_SECURE_PORT:-9220}"
 HEAP="${OPENSEARCH_SECURE_HEAP:--Xms384m -Xmx384m}"
-START_TIMEOUT="${OPENSEARCH_SECURE_START_TIMEOUT:-240}"
+START_TIMEOUT="${OPENSEARCH_SECURE_START_TIMEOUT:-300}"
 RUN_DIR="${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}/opensearch-secure"
 SECRETS="$RUN_DIR/secrets"
 PID_FILE="$RUN_DIR/node-$PORT.pid"
@@ -57,8 +57,10 @@ healthy() {
   [[ -f "$SECRETS/passwords.env" ]] || return 1
   local body
   # shellcheck disable=SC1091
-  body="$(source "$SECRETS/passwords.env" && curl -sf --max-time 3 --cacert "$SECRETS/ca.pem" \
-    -u "admin:$ADMIN_PASSWORD" "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" 2>/dev/null)" || return 1
+  # the credential goes to curl on stdin (-K -), not on its command line
+  body="$(source "$SECRETS/passwords.env" && printf 'user = "admin:%s"\n' "$ADMIN_PASSWORD" |
+    curl -sf -K - --max-time 3 --cacert "$SECRETS/ca.pem" \
+      "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" 2>/dev/null)" || return 1
   [[ "$body" == *'"status":"green"'* || "$body" == *'"status":"yellow"'* ]]
 }
 
@@ -92,8 +94,11 @@ cert() {
   rm -f "$SECRETS/$name.csr" "$ext"
 }
 
+# hash_password PASSWORD: the plugin's own bcrypt hasher; the password goes
+# through the environment, not the command line (which ps shows)
 hash_password() {
-  java -cp "$(classpath)" org.opensearch.security.tools.Hasher -p "$1" 2>/dev/null | tail -n 1
+  SEARCHSYNC_HASH_INPUT="$1" java -cp "$(classpath)" org.opensearch.security.tools.Hasher \
+    -env SEARCHSYNC_HASH_INPUT 2>/dev/null | tail -n 1
 }
 
 make_secrets() {
