@@ -9,7 +9,9 @@
 # env:
 #   ELASTICSEARCH_PORT           HTTP port (default 9210; transport uses port+100)
 #   ELASTICSEARCH_HEAP           JVM heap flags (default "-Xms384m -Xmx384m")
-#   ELASTICSEARCH_JAVA_OPTS      extra JVM flags (default empty)
+#   ELASTICSEARCH_JAVA_OPTS      more JVM flags (default "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC":
+#                                half the CPU to start, which matters on a loaded machine; set it
+#                                empty for the JVM's defaults)
 #   ELASTICSEARCH_START_TIMEOUT  seconds to wait for a healthy node (default 180)
 #   SEARCHSYNC_RUN_DIR           pid/log files go to $SEARCHSYNC_RUN_DIR/elasticsearch (default /tmp/searchsync-run)
 set -euo pipefail
@@ -26,6 +28,7 @@ MARKER="searchsync.elasticsearch.Launcher"
 MVN_ARGS=""
 PORT="${ELASTICSEARCH_PORT:-9210}"
 HEAP="${ELASTICSEARCH_HEAP:--Xms384m -Xmx384m}"
+JAVA_OPTS="${ELASTICSEARCH_JAVA_OPTS--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 START_TIMEOUT="${ELASTICSEARCH_START_TIMEOUT:-180}"
 RUN_DIR="${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}/elasticsearch"
 PID_FILE="$RUN_DIR/node-$PORT.pid"
@@ -57,7 +60,7 @@ cmd_start() {
     t0="$(date +%s.%N)"   # start-up time excludes the (one-off) Maven build
     home="$(jn_new_home "searchsync-elasticsearch-$PORT")"
     # shellcheck disable=SC2086  # HEAP / ELASTICSEARCH_JAVA_OPTS are word lists on purpose
-    ELASTICSEARCH_PORT="$PORT" ELASTICSEARCH_HOME="$home" nohup java $HEAP ${ELASTICSEARCH_JAVA_OPTS:-} \
+    ELASTICSEARCH_PORT="$PORT" ELASTICSEARCH_HOME="$home" nohup java $HEAP $JAVA_OPTS \
       -cp "$JAR:$TARGET_DIR/lib/*" "$MARKER" >"$LOG_FILE" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$PID_FILE"

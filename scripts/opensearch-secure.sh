@@ -19,7 +19,8 @@
 # env:
 #   OPENSEARCH_SECURE_PORT           HTTP port (default 9220; transport uses port+100)
 #   OPENSEARCH_SECURE_HEAP           JVM heap flags (default "-Xms384m -Xmx384m")
-#   OPENSEARCH_SECURE_JAVA_OPTS      extra JVM flags
+#   OPENSEARCH_SECURE_JAVA_OPTS      more JVM flags (default "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC":
+#                                    half the CPU to start; set it empty for the JVM's defaults)
 #   OPENSEARCH_SECURE_START_TIMEOUT  seconds to wait for a healthy node (default 300)
 #   SEARCHSYNC_RUN_DIR               default /tmp/searchsync-run
 set -euo pipefail
@@ -37,6 +38,7 @@ MVN_ARGS="-Popensearch-2.19.4"
 MARKER="opensearch-launcher/target-2.19.4"
 PORT="${OPENSEARCH_SECURE_PORT:-9220}"
 HEAP="${OPENSEARCH_SECURE_HEAP:--Xms384m -Xmx384m}"
+JAVA_OPTS="${OPENSEARCH_SECURE_JAVA_OPTS--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 START_TIMEOUT="${OPENSEARCH_SECURE_START_TIMEOUT:-300}"
 RUN_DIR="${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}/opensearch-secure"
 SECRETS="$RUN_DIR/secrets"
@@ -321,7 +323,7 @@ cmd_start() {
     # shellcheck disable=SC2086  # HEAP / OPENSEARCH_SECURE_JAVA_OPTS are word lists on purpose
     OPENSEARCH_PORT="$PORT" OPENSEARCH_HOME="$home" \
       OPENSEARCH_PLUGIN_DESCRIPTORS="$PLUGIN_DIR/plugin-descriptor.properties" \
-      nohup java $HEAP ${OPENSEARCH_SECURE_JAVA_OPTS:-} -cp "$(classpath)" searchsync.opensearch.Launcher \
+      nohup java $HEAP $JAVA_OPTS -cp "$(classpath)" searchsync.opensearch.Launcher \
       >"$LOG_FILE" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$PID_FILE"
