@@ -17,6 +17,12 @@ case "${1:-}" in
     # The three JVMs start in the background while PostgreSQL and NATS come
     # up; each script waits on its own health check with a deadline.
     mkdir -p "${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}"
+    # Builds first, one at a time (they share the local Maven repository),
+    # and only for nodes that are not up (never rewrite a running node's
+    # jars); each is a no-op when its jar is newer than its sources.
+    for s in opensearch opensearch-secure elasticsearch; do
+      if [[ "$(scripts/$s.sh status)" == down ]]; then scripts/$s.sh build; fi
+    done
     scripts/opensearch.sh start >/dev/null & os=$!
     scripts/opensearch-secure.sh start >/dev/null & sec=$!
     scripts/elasticsearch.sh start >/dev/null & es=$!
