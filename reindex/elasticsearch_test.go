@@ -14,8 +14,8 @@ import (
 )
 
 // A reindex (mapping change after compaction) runs the same against the real
-// Elasticsearch 7.17 node: the Engine seam through go-elasticsearch/v8, the
-// raw calls (scroll, _reindex and its task, settings, health) over HTTP.
+// Elasticsearch 7.17 node: the Engine and Admin seams through go-elasticsearch/v8
+// (scroll, _reindex and its task, settings, health included).
 // Both seeds: the engine's _reindex and the client-side scroll and bulk.
 func TestReindexOnElasticsearch(t *testing.T) {
 	t.Parallel()
@@ -23,7 +23,7 @@ func TestReindexOnElasticsearch(t *testing.T) {
 		t.Run(seedName(clientSeed), func(t *testing.T) {
 			t.Parallel()
 			ecfg := config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}}
-			reindexOn(t, setupEngine(t, ecfg, nil), nil, clientSeed)
+			reindexOn(t, setupEngine(t, ecfg, nil), clientSeed)
 		})
 	}
 }
@@ -36,9 +36,8 @@ func seedName(clientSeed bool) string {
 }
 
 // reindexOn builds a live index from 1500 events, compacts half of them,
-// writes 300 more and reindexes with a mapping change; hc carries the
-// reindex's raw calls.
-func reindexOn(t *testing.T, b *bundle, hc *http.Client, clientSeed bool) {
+// writes 300 more and reindexes with a mapping change through b.eng.
+func reindexOn(t *testing.T, b *bundle, clientSeed bool) {
 	t.Helper()
 	b.write(1500)
 	b.dispatchAll()
@@ -48,7 +47,6 @@ func reindexOn(t *testing.T, b *bundle, hc *http.Client, clientSeed bool) {
 	b.write(300)
 	b.dispatchAll()
 	lcfg := b.config(b.def(nil))
-	lcfg.HTTPClient = hc
 	live, err := New(lcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +60,6 @@ func reindexOn(t *testing.T, b *bundle, hc *http.Client, clientSeed bool) {
 	def := b.def(emailAsText)
 	cfg := b.config(def)
 	cfg.ClientSeed = clientSeed
-	cfg.HTTPClient = hc
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func TestReindexOnSecuredOpenSearchAsWriter(t *testing.T) {
 			hc := &http.Client{Transport: tr}
 			t.Cleanup(tr.CloseIdleConnections)
 			ecfg := config.Engine{URLs: []string{sec.URL}, Username: sec.WriterUser, Password: sec.WriterPassword}
-			reindexOn(t, setupEngine(t, ecfg, hc), hc, clientSeed)
+			reindexOn(t, setupEngine(t, ecfg, hc), clientSeed)
 		})
 	}
 }
