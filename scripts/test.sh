@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The test command: starts the real services (PostgreSQL, OpenSearch, NATS),
-# checks formatting and vet, and runs every test against those services.
+# The test command (the README's, and what .ci/run runs): installs what is
+# missing (scripts/setup.sh), starts the real services (PostgreSQL, OpenSearch,
+# NATS), checks formatting and vet, and runs every test against those services.
 #   scripts/test.sh [go test flags…]      e.g. scripts/test.sh -run Relay ./relay/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/setup.sh
 scripts/services.sh start
 eval "$(scripts/services.sh env)"
 

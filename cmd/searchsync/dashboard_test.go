@@ -277,7 +277,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("no Chromium: install Debian's chromium package (.ci/run does) or set CHROMIUM")
+	t.Fatal("no Chromium: install Debian's chromium package (scripts/setup.sh does, as root) or set CHROMIUM")
 	return ""
 }
 
