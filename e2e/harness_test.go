@@ -33,22 +33,17 @@ import (
 	"github.com/searchsync/searchsync/sink/webhook"
 )
 
+// binary is searchsync, built once for every package that runs it
+// (testenv.Binary).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "searchsync-e2e")
-	if err != nil {
+	var err error
+	if binary, err = testenv.Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "searchsync")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/searchsync/searchsync/cmd/searchsync").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build searchsync: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 const secret = "whsec_dGVzdC1zZWNyZXQtdGVzdC1zZWNyZXQ="

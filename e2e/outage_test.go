@@ -10,8 +10,8 @@ import (
 )
 
 // shortForm is the relay section CI runs with: every event's attempts would
-// be spent within about two seconds, so an outage of a minute outlasts them
-// thirty times over, and probes come at most a second apart.
+// be spent within about two seconds, so an outage of 20 s outlasts them ten
+// times over, and probes come at most a second apart.
 const shortForm = `  max_attempts: 3
   backoff: {initial: 100ms, max: 1s}
   pause: {probe_initial: 200ms, probe_max: 1s}
@@ -34,7 +34,7 @@ const shortForm = `  max_attempts: 3
 //	SEARCHSYNC_SOAK=13m go test ./e2e -run RidesOut -v -timeout 40m
 func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 	t.Parallel()
-	relay, engineDown := shortForm, 60*time.Second
+	relay, engineDown := shortForm, 20*time.Second
 	if s := os.Getenv("SEARCHSYNC_SOAK"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -42,7 +42,7 @@ func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 		}
 		relay, engineDown = "  poll_interval: 1s", d
 	}
-	otherDown := max(20*time.Second, engineDown/4)
+	otherDown := max(10*time.Second, engineDown/4)
 	w := newWorld(t, relay)
 	w.run("searchsync")
 	stop := w.produce(100)
@@ -77,10 +77,12 @@ func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 		}
 		up()
 		back := time.Now()
-		// Draining starts within 5 s: the events of the outage's first
-		// second reach the consumer.
-		testenv.Eventually(t, 5*time.Second, func() bool { return slices.Contains(w.behind(began.Add(time.Second)), name) == false },
-			"%s drains within 5 s of its return", name)
+		// Draining starts soon: the events of the outage's first second
+		// reach the consumer. On a quiet machine that takes under 5 s (the
+		// log line below says how long); the deadline leaves room for a
+		// loaded one.
+		testenv.Eventually(t, 20*time.Second, func() bool { return slices.Contains(w.behind(began.Add(time.Second)), name) == false },
+			"%s drains within 20 s of its return", name)
 		started := time.Since(back)
 		testenv.Eventually(t, 120*time.Second, func() bool { return len(w.behind(time.Now().Add(-3*time.Second))) == 0 },
 			"%s catches up", name)
