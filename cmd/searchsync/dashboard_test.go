@@ -49,15 +49,18 @@ func startRelay(t *testing.T, cfgFile, addr string) *exec.Cmd {
 			t.Logf("relay log:\n%s", b)
 		}
 	})
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}, "relay never became ready")
+	testenv.Eventually(t, 30*time.Second, func() bool { return ready(addr) }, "relay never became ready")
 	return cmd
+}
+
+// ready reports whether the relay at addr answers /readyz with 200.
+func ready(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // metricValue reads one unlabelled gauge from /metrics.
