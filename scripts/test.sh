@@ -16,4 +16,8 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 if [ $# -eq 0 ]; then set -- ./...; fi
-go test -count=1 -timeout 60m "$@"
+# The tests mostly wait on the services and on the processes they start, so
+# four packages and four tests per package at a time (go test's defaults are
+# the number of cores, 2 here) halve the suite's wall time on two cores:
+# 150 s instead of 290 s, measured with `go test -json` on a loaded machine.
+go test -count=1 -timeout 60m -p 4 -parallel 4 "$@"
