@@ -21,6 +21,9 @@ nats-server      nats-server
 chromium         chromium
 '
 
+# Debian installs some of these (nats-server) in /usr/sbin.
+PATH="$PATH:/usr/sbin:/sbin"
+
 check_only=false
 case "${1:-}" in
   "") ;;

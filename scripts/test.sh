@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian installs nats-server in /usr/sbin, which a user's PATH may lack.
+export PATH="$PATH:/usr/sbin:/sbin"
 scripts/setup.sh
 scripts/services.sh start
 eval "$(scripts/services.sh env)"
