@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,12 +56,13 @@ type endpoint struct {
 	URL   string
 	mu    sync.Mutex
 	count map[int64]int
+	first map[int64]time.Time // when each event first arrived
 	order map[string][]int64
 	noTok int
 }
 
 func newEndpoint(t *testing.T) *endpoint {
-	ep := &endpoint{count: map[int64]int{}, order: map[string][]int64{}}
+	ep := &endpoint{count: map[int64]int{}, first: map[int64]time.Time{}, order: map[string][]int64{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := webhook.Verify(secret, r.Header, body); err != nil {
@@ -78,6 +80,9 @@ func newEndpoint(t *testing.T) *endpoint {
 		}
 		if ep.count[m.ID] == 0 && m.AggregateID != nil {
 			ep.order[m.AggregateID.String()] = append(ep.order[m.AggregateID.String()], m.ID)
+		}
+		if ep.count[m.ID] == 0 {
+			ep.first[m.ID] = time.Now()
 		}
 		ep.count[m.ID]++
 		ep.mu.Unlock()
@@ -113,6 +118,26 @@ func (ep *endpoint) outOfOrder() int {
 		}
 	}
 	return bad
+}
+
+// duplicatesOutside counts the events that arrived more than once and
+// whose first arrival was not within the window before one of cuts: a
+// request the endpoint answered while its connection was cut (an outage
+// beginning) is sent again, as at-least-once delivery must.
+func (ep *endpoint) duplicatesOutside(window time.Duration, cuts ...time.Time) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	n := 0
+	for id, c := range ep.count {
+		if c < 2 {
+			continue
+		}
+		at := ep.first[id]
+		if !slices.ContainsFunc(cuts, func(cut time.Time) bool { return !at.After(cut) && cut.Sub(at) <= window }) {
+			n += c - 1
+		}
+	}
+	return n
 }
 
 func (ep *endpoint) duplicates() int {
