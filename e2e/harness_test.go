@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,22 +34,17 @@ import (
 	"github.com/searchsync/searchsync/sink/webhook"
 )
 
+// binary is searchsync, built once for every package that runs it
+// (testenv.Binary).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "searchsync-e2e")
-	if err != nil {
+	var err error
+	if binary, err = testenv.Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "searchsync")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/searchsync/searchsync/cmd/searchsync").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build searchsync: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 const secret = "whsec_dGVzdC1zZWNyZXQtdGVzdC1zZWNyZXQ="
@@ -60,12 +56,13 @@ type endpoint struct {
 	URL   string
 	mu    sync.Mutex
 	count map[int64]int
+	first map[int64]time.Time // when each event first arrived
 	order map[string][]int64
 	noTok int
 }
 
 func newEndpoint(t *testing.T) *endpoint {
-	ep := &endpoint{count: map[int64]int{}, order: map[string][]int64{}}
+	ep := &endpoint{count: map[int64]int{}, first: map[int64]time.Time{}, order: map[string][]int64{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := webhook.Verify(secret, r.Header, body); err != nil {
@@ -83,6 +80,9 @@ func newEndpoint(t *testing.T) *endpoint {
 		}
 		if ep.count[m.ID] == 0 && m.AggregateID != nil {
 			ep.order[m.AggregateID.String()] = append(ep.order[m.AggregateID.String()], m.ID)
+		}
+		if ep.count[m.ID] == 0 {
+			ep.first[m.ID] = time.Now()
 		}
 		ep.count[m.ID]++
 		ep.mu.Unlock()
@@ -118,6 +118,26 @@ func (ep *endpoint) outOfOrder() int {
 		}
 	}
 	return bad
+}
+
+// duplicatesOutside counts the events that arrived more than once and
+// whose first arrival was not within the window before one of cuts: a
+// request the endpoint answered while its connection was cut (an outage
+// beginning) is sent again, as at-least-once delivery must.
+func (ep *endpoint) duplicatesOutside(window time.Duration, cuts ...time.Time) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	n := 0
+	for id, c := range ep.count {
+		if c < 2 {
+			continue
+		}
+		at := ep.first[id]
+		if !slices.ContainsFunc(cuts, func(cut time.Time) bool { return !at.After(cut) && cut.Sub(at) <= window }) {
+			n += c - 1
+		}
+	}
+	return n
 }
 
 func (ep *endpoint) duplicates() int {

@@ -65,12 +65,13 @@ func like(pattern, s, schema string) bool {
 
 func TestMigrateYieldsSpecSchema(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDB(t)
+	url, schema := upSchema(t)
+	pool := testenv.Pool(t, url, schema)
 	ctx := context.Background()
-	assertCatalog(t, ctx, db.Pool, db.Schema)
+	assertCatalog(t, ctx, pool, schema)
 
 	// Running it again changes nothing.
-	m, err := migrations.New(ctx, db.URL, db.Schema, nil)
+	m, err := migrations.New(ctx, url, schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,27 @@ func TestMigrateYieldsSpecSchema(t *testing.T) {
 	if err := m.Check(ctx); err != nil {
 		t.Fatalf("check after up: %v", err)
 	}
-	assertCatalog(t, ctx, db.Pool, db.Schema)
+	assertCatalog(t, ctx, pool, schema)
+}
+
+// upSchema migrates a new schema with Up (goose), dropped at cleanup.
+func upSchema(t *testing.T) (url, schema string) {
+	t.Helper()
+	url, schema = testenv.DatabaseURL(t), testenv.Name("t")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := migrations.New(ctx, url, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	t.Cleanup(func() {
+		testenv.Pool(t, url, "").Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return url, schema
 }
 
 func assertCatalog(t *testing.T, ctx context.Context, pool interface {

@@ -36,6 +36,8 @@ type pauseState struct {
 	// probing: a consumer without Probe whose probe is due; it is given
 	// events again, and its next answer resumes or pauses it.
 	probing bool
+	// probeSent is when the last probe batch was released.
+	probeSent time.Time
 	// probeAt is when the next probe is due (local clock).
 	probeAt time.Time
 	// probeRunning: a Probe call is under way.
@@ -260,15 +262,20 @@ func (c *consumers) run(ctx context.Context) {
 			}
 			c.mu.Lock()
 			s := &c.state[ci]
-			due := s.paused && !s.probing && !s.probeRunning && !now.Before(s.probeAt)
 			prober, isProber := c.list[ci].(sink.Prober)
 			isProber = isProber && !c.noProbe[ci]
+			// A probe batch that brought no answer within probe_max is
+			// released again: its events may have been held again by a
+			// batch claimed before the probe (and none be left to give the
+			// consumer once traffic stops), which left it paused for good.
+			due := s.paused && !s.probeRunning && !now.Before(s.probeAt) &&
+				(!s.probing || (!isProber && now.Sub(s.probeSent) >= c.r.cfg.Pause.ProbeMax))
 			if due {
 				if isProber {
 					s.probeRunning = true
 				} else {
 					// Its next batch is the probe.
-					s.probing = true
+					s.probing, s.probeSent = true, now
 				}
 			}
 			c.mu.Unlock()

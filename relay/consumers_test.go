@@ -139,7 +139,9 @@ func TestOutagePausesTheConsumerInsteadOfFailingEvents(t *testing.T) {
 	rc.setStatus(nil)
 	back := time.Now()
 	before := rc.distinct()
-	testenv.Eventually(t, 5*time.Second, func() bool { return rc.distinct() > before+10 }, "delivery resumes within 5 s of the endpoint's return")
+	// Under a second on a quiet machine (logged below); the deadline leaves
+	// room for a loaded one.
+	testenv.Eventually(t, 15*time.Second, func() bool { return rc.distinct() > before+10 }, "delivery resumes within 15 s of the endpoint's return")
 	t.Logf("backlog %d; first deliveries %s after the return", backlog, time.Since(back).Round(time.Millisecond))
 	stopProducing()
 	testenv.Eventually(t, 30*time.Second, func() bool { return countStatus(t, db, "pending") == 0 }, "the backlog drains")
@@ -184,7 +186,7 @@ func TestConsumersAreIndependent(t *testing.T) {
 	for time.Since(down) < 10*time.Second {
 		// Everything committed a second ago has reached the healthy consumer.
 		want := p.committedBefore(time.Now().Add(-time.Second))
-		testenv.Eventually(t, 5*time.Second, func() bool {
+		testenv.Eventually(t, 15*time.Second, func() bool {
 			for _, id := range want {
 				if !good.delivered(id) {
 					return false

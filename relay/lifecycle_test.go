@@ -34,7 +34,7 @@ func TestWakesOnNotifyAndDoesNotSpinWhenIdle(t *testing.T) {
 	for i := range 3 {
 		agg := uuid.New()
 		id := write(t, db, event(&agg, "entity.customer.updated", "DDM_ENTITY", i))[0]
-		testenv.Eventually(t, 5*time.Second, func() bool { return rc.delivered(id) }, "event %d delivered after NOTIFY", i)
+		testenv.Eventually(t, 15*time.Second, func() bool { return rc.delivered(id) }, "event %d delivered after NOTIFY", i)
 	}
 	// Idle: a quiet period of three lease heartbeats must not produce claims.
 	before := r.Stats().Claims

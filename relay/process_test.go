@@ -24,24 +24,17 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 )
 
-// binary is searchsync built once for the process tests.
+// binary is searchsync, built once for every package that runs it
+// (testenv.Binary).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "searchsync-relay-test")
-	if err != nil {
+	var err error
+	if binary, err = testenv.Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "searchsync")
-	out, err := exec.Command("go", "build", "-o", binary, "github.com/searchsync/searchsync/cmd/searchsync").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build searchsync: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // writeConfig writes a configuration for the test's schema whose webhook

@@ -49,15 +49,18 @@ func startRelay(t *testing.T, cfgFile, addr string) *exec.Cmd {
 			t.Logf("relay log:\n%s", b)
 		}
 	})
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "relay never became ready")
+	testenv.Eventually(t, 30*time.Second, func() bool { return ready(addr) }, "relay never became ready")
 	return cmd
+}
+
+// ready reports whether the relay at addr answers /readyz with 200.
+func ready(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // metricValue reads one unlabelled gauge from /metrics.
@@ -277,7 +280,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("no Chromium: install Debian's chromium package (.ci/run does) or set CHROMIUM")
+	t.Fatal("no Chromium: install Debian's chromium package (scripts/setup.sh does, as root) or set CHROMIUM")
 	return ""
 }
 

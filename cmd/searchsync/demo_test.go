@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,11 +65,7 @@ func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 		db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM aa_outbox_event WHERE status = 'dispatched'`).Scan(&dispatched)
 		return dispatched >= 300
 	}, "demo dispatched only %d events", dispatched)
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("demo relay not ready: %v %v", err, resp)
-	}
-	resp.Body.Close()
+	testenv.Eventually(t, 20*time.Second, func() bool { return ready(addr) }, "demo relay ready (/readyz)")
 	out, stderr, code := runCLI(t, []string{"DATABASE_URL=" + db.URL, "SEARCHSYNC_SCHEMA=" + db.Schema, "SEARCHSYNC_ENGINE_URL=" + engineURL},
 		"-c", cfgFile, "search", "customers", "--size", "1")
 	if code != 0 || !contains(out, "documents match in customers") {

@@ -100,11 +100,7 @@ routes:
 		db.Pool.QueryRow(ctx, `SELECT status::text FROM aa_outbox_event WHERE aggregate_id = $1`, ev.AggregateID).Scan(&st)
 		return st == "dispatched"
 	}, "event not delivered after the engine came")
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("readyz after the engine came: %v %v", err, resp)
-	}
-	resp.Body.Close()
+	testenv.Eventually(t, 20*time.Second, func() bool { return ready(addr) }, "/readyz after the engine came")
 
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -10,25 +10,21 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/searchsync/searchsync/internal/testenv"
 )
 
-// binary is the searchsync binary built once for the tests of this package.
+// binary is the searchsync binary the tests run (testenv.Binary: one build
+// shared with the other packages that run it).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "searchsync-bin")
-	if err != nil {
+	var err error
+	if binary, err = testenv.Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "searchsync")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build searchsync: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // runCLI runs the binary with args and extra environment and returns stdout,

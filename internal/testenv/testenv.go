@@ -13,6 +13,7 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/searchsync/searchsync/migrations"
 )
@@ -130,23 +132,19 @@ type DB struct {
 	Pool   *pgxpool.Pool
 }
 
-// NewDB creates and migrates a fresh schema and returns a pool whose
-// search_path is that schema.
+// NewDB creates a fresh schema with every migration applied
+// (migrations.CreateFresh: the same statements and version rows as
+// `searchsync migrate up`, in one transaction) and returns a pool whose
+// search_path is that schema. The schema is dropped at cleanup.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
 	url := DatabaseURL(t)
 	schema := Name("t")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, err := migrations.New(ctx, url, schema, nil)
-	if err != nil {
-		t.Fatalf("testenv: migrate: %v", err)
+	if err := migrations.CreateFresh(ctx, sqlDB(t, url), schema); err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
-	if _, err := m.Up(ctx); err != nil {
-		m.Close()
-		t.Fatalf("testenv: migrate: %v", err)
-	}
-	m.Close()
 	pool := Pool(t, url, schema)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -156,6 +154,31 @@ func NewDB(t testing.TB) *DB {
 		}
 	})
 	return &DB{URL: url, Schema: schema, Pool: pool}
+}
+
+var (
+	sqlOnce sync.Once
+	sqlPool *sql.DB
+	sqlErr  error
+)
+
+// sqlDB is one database/sql handle on the server for the whole test
+// process, which the schemas are created through.
+func sqlDB(t testing.TB, url string) *sql.DB {
+	t.Helper()
+	sqlOnce.Do(func() {
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			sqlErr = err
+			return
+		}
+		sqlPool = stdlib.OpenDB(*cfg)
+		sqlPool.SetMaxIdleConns(4)
+	})
+	if sqlErr != nil {
+		t.Fatalf("testenv: %v", sqlErr)
+	}
+	return sqlPool
 }
 
 // Pool opens a pool on url with search_path set to schema, closed at cleanup.

@@ -33,31 +33,15 @@ import (
 
 const e2eSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// searchsyncBinary builds cmd/searchsync once per test binary.
+// searchsyncBinary is the searchsync binary, built once for every package
+// that runs it (testenv.Binary).
 func searchsyncBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "searchsync-nats-e2e")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "searchsync")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/searchsync/searchsync/cmd/searchsync").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/searchsync: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	bin, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binPath
+	return bin
 }
 
 // hookReceiver is a webhook endpoint that verifies signatures and counts
