@@ -17,8 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/parser"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config is the whole configuration. The zero value of every field means its
@@ -36,8 +35,9 @@ type Config struct {
 
 	// file is where the configuration came from ("" for defaults only).
 	file string
-	// ast is the parsed file, used to point errors at a line.
-	ast *astFile
+	// ast is the line of every key of the file, used to point errors at a
+	// line.
+	ast keyLines
 	// noDatabase lets database.url be missing (NoDatabase).
 	noDatabase bool
 }
@@ -273,11 +273,26 @@ func (c *Config) parse(data []byte) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	if err := yaml.UnmarshalWithOptions(data, c, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return fmt.Errorf("config %s: %s", c.file, yaml.FormatError(err, false, true))
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		// A syntax error: "yaml: line 3: mapping values are not allowed
+		// in this context".
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if sm := typeErrorLine.FindStringSubmatch(msg); sm != nil {
+			return fmt.Errorf("config %s:%s: %s", c.file, sm[1], sm[2])
+		}
+		return fmt.Errorf("config %s: %s", c.file, msg)
 	}
-	if f, err := parser.ParseBytes(data, 0); err == nil {
-		c.ast = &astFile{f}
+	c.ast = keyLines{}
+	c.ast.indexNode(&root, "")
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return errors.Join(c.decodeErrors(&root, te.Errors)...)
+		}
+		return fmt.Errorf("config %s: %s", c.file, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	return nil
 }
