@@ -19,6 +19,8 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/searchsync/searchsync/internal/secret"
 )
 
 // Config is the whole configuration. The zero value of every field means its
@@ -135,19 +137,6 @@ type Compaction struct {
 	Interval time.Duration `yaml:"interval"`
 	// BatchSize is the most rows deleted per statement. Default 1000.
 	BatchSize int `yaml:"batch_size"`
-}
-
-// Engine is the search engine.
-type Engine struct {
-	// Kind is opensearch or elasticsearch. Default opensearch.
-	Kind string `yaml:"kind"`
-	// URLs of the engine's HTTP endpoints. Env SEARCHSYNC_ENGINE_URL (comma
-	// separated). Default http://127.0.0.1:9200.
-	URLs []string `yaml:"urls"`
-	// Username and Password for basic auth. Env SEARCHSYNC_ENGINE_USERNAME,
-	// SEARCHSYNC_ENGINE_PASSWORD.
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
 }
 
 // Consumer is one delivery target.
@@ -302,7 +291,7 @@ func (c *Config) applyEnv(getenv func(string) string) {
 		c.Engine.Username = v
 	}
 	if v := getenv("SEARCHSYNC_ENGINE_PASSWORD"); v != "" {
-		c.Engine.Password = v
+		c.Engine.Password = secret.Ref(v)
 	}
 	if v := getenv("SEARCHSYNC_NATS_URL"); v != "" {
 		for i := range c.Consumers {
@@ -336,9 +325,7 @@ func (c *Config) setDefaults() {
 	c.Compaction.Interval = cmp.Or(c.Compaction.Interval, time.Hour)
 	c.Compaction.BatchSize = cmp.Or(c.Compaction.BatchSize, 1000)
 	c.Engine.Kind = cmp.Or(c.Engine.Kind, "opensearch")
-	if len(c.Engine.URLs) == 0 {
-		c.Engine.URLs = []string{"http://127.0.0.1:9200"}
-	}
+	c.Engine.setDefaults()
 	for i := range c.Consumers {
 		if w := c.Consumers[i].Webhook; w != nil {
 			w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
@@ -417,14 +404,7 @@ func (c *Config) Validate() error {
 		v.add("compaction.retention", "must be at least 1m")
 	}
 	v.positive("compaction.batch_size", c.Compaction.BatchSize)
-	switch c.Engine.Kind {
-	case "opensearch", "elasticsearch":
-	default:
-		v.add("engine.kind", fmt.Sprintf("%q is not one of opensearch, elasticsearch", c.Engine.Kind))
-	}
-	for i, u := range c.Engine.URLs {
-		v.httpURL(fmt.Sprintf("engine.urls[%d]", i), u)
-	}
+	c.validateEngine(v)
 	names := map[string]bool{}
 	for i, cons := range c.Consumers {
 		key := fmt.Sprintf("consumers[%d]", i)
