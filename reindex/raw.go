@@ -21,22 +21,26 @@ import (
 // per entity type and tenant) and index settings. Everything else goes
 // through indexer.Engine.
 type raw struct {
-	urls       []string
-	user, pass string
-	hc         *http.Client
+	urls []string
+	hc   *http.Client
+	err  error // a configuration that cannot connect, returned by do
 }
 
+// newRaw reaches the engine of cfg the way the adapters do (indexer.Transport:
+// TLS, basic/API key/bearer/SigV4), on top of hc's transport.
 func newRaw(cfg config.Engine, hc *http.Client) *raw {
-	urls := cfg.URLs
-	if len(urls) == 0 {
-		urls = []string{"http://127.0.0.1:9200"}
+	var base http.RoundTripper
+	if hc != nil {
+		base = hc.Transport
 	}
-	if hc == nil {
-		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	r := &raw{}
+	rt, err := indexer.Transport(cfg, base)
+	if err == nil {
+		r.urls, err = cfg.Addresses()
 	}
-	r := &raw{user: cfg.Username, pass: cfg.Password, hc: hc}
-	for _, u := range urls {
-		r.urls = append(r.urls, strings.TrimRight(u, "/"))
+	r.hc, r.err = &http.Client{Transport: rt}, err
+	if hc != nil {
+		r.hc.Timeout = hc.Timeout
 	}
 	return r
 }
@@ -51,6 +55,9 @@ func (r *raw) do(ctx context.Context, method, path string, body, out any) error 
 		}
 		payload = b
 	}
+	if r.err != nil {
+		return r.err
+	}
 	op := method + " " + path
 	var lastErr error
 	for _, base := range r.urls {
@@ -63,9 +70,6 @@ func (r *raw) do(ctx context.Context, method, path string, body, out any) error 
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		if r.user != "" {
-			req.SetBasicAuth(r.user, r.pass)
-		}
 		resp, err := r.hc.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
