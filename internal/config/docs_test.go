@@ -10,9 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/projections"
 )
 
@@ -79,10 +82,13 @@ var envRef = regexp.MustCompile(`env:([A-Za-z_][A-Za-z0-9_]*)`)
 //   - a block whose first line is "# other" is not a searchsync file
 //     (compose, Kubernetes): it must be YAML;
 //   - a block with a top-level projections key is a projection file;
-//   - every other block is a configuration file (database.url is supplied
-//     when it has none, every env:NAME it names is set, and the directories
-//     of indexes.definitions and indexes.projections exist) and must
-//     validate.
+//   - every other block is a configuration file and must validate: the
+//     test supplies database.url when it has none, sets every env:NAME it
+//     names, creates the directories of indexes.definitions and
+//     indexes.projections, and points every file it names (ca_file,
+//     cert_file, key_file, creds_file, nkey_seed_file, file:PATH secrets) at
+//     a generated file of the right kind, so a documented path need not
+//     exist on the machine that runs the test.
 func TestDocumentedYAML(t *testing.T) {
 	files, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
@@ -117,6 +123,15 @@ func TestDocumentedYAML(t *testing.T) {
 			}
 			for _, m := range envRef.FindAllStringSubmatch(b.text, -1) {
 				t.Setenv(m[1], "docs-"+strings.ToLower(m[1]))
+			}
+			if first != "# other" {
+				repl := docFiles(t, &root)
+				for k, d := range variants {
+					for from, to := range repl {
+						d = bytes.ReplaceAll(d, []byte(from), []byte(to))
+					}
+					variants[k] = d
+				}
 			}
 			for variant, data := range variants {
 				var err error
@@ -204,4 +219,86 @@ func loadDoc(t *testing.T, root *yaml.Node, data []byte) error {
 	}
 	_, err := config.Load(f)
 	return err
+}
+
+// docFiles makes a file of the right kind for every file a block names and
+// returns the replacements (documented path → generated path).
+func docFiles(t *testing.T, root *yaml.Node) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	var ca *testenv.CA
+	var cert, key string
+	pair := func() {
+		if ca == nil {
+			ca = testenv.NewCA(t, "docs CA")
+			cert, key = ca.Client(t, "searchsync")
+		}
+	}
+	write := func(content []byte) string {
+		f, err := os.CreateTemp(dir, "doc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write(content); err != nil {
+			t.Fatal(err)
+		}
+		return f.Name()
+	}
+	repl := map[string]string{}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i].Value, n.Content[i+1]
+				if v.Kind != yaml.ScalarNode || v.Value == "" || repl[v.Value] != "" {
+					continue
+				}
+				switch k {
+				case "ca_file":
+					pair()
+					repl[v.Value] = ca.CertFile
+				case "cert_file":
+					pair()
+					repl[v.Value] = cert
+				case "key_file":
+					pair()
+					repl[v.Value] = key
+				case "creds_file":
+					repl[v.Value] = write(docCreds(t))
+				case "nkey_seed_file":
+					u, _ := nkeys.CreateUser()
+					seed, _ := u.Seed()
+					repl[v.Value] = write(seed)
+				}
+			}
+		}
+		if p, ok := strings.CutPrefix(n.Value, "file:"); ok && n.Kind == yaml.ScalarNode && repl[n.Value] == "" {
+			repl[n.Value] = "file:" + write([]byte("docs-secret-"+filepath.Base(p)+"\n"))
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(root)
+	return repl
+}
+
+// docCreds is a credentials file: a user JWT signed by a new account and
+// the user's seed.
+func docCreds(t *testing.T) []byte {
+	t.Helper()
+	acct, _ := nkeys.CreateAccount()
+	u, _ := nkeys.CreateUser()
+	pub, _ := u.PublicKey()
+	tok, err := jwt.NewUserClaims(pub).Encode(acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := u.Seed()
+	b, err := jwt.FormatUserConfig(tok, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
