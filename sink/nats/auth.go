@@ -8,6 +8,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
 
@@ -26,17 +27,17 @@ func (c *Consumer) authOptions() ([]natsgo.Option, error) {
 		}
 		opts = append(opts, o)
 	case config.NatsAuthToken:
-		tok, err := c.cfg.Token.Resolve("nats.token")
-		if err != nil {
+		if err := c.cfg.Token.Check("nats.token"); err != nil {
 			return nil, c.configErr("nats.token", "%v", err)
 		}
-		opts = append(opts, natsgo.Token(tok.Reveal()))
+		opts = append(opts, natsgo.TokenHandler(func() string { return c.reread("nats.token", c.cfg.Token) }))
 	case config.NatsAuthPassword:
-		pw, err := c.cfg.Password.Resolve("nats.password")
-		if err != nil {
+		if err := c.cfg.Password.Check("nats.password"); err != nil {
 			return nil, c.configErr("nats.password", "%v", err)
 		}
-		opts = append(opts, natsgo.UserInfo(c.cfg.Username, pw.Reveal()))
+		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) {
+			return c.cfg.Username, c.reread("nats.password", c.cfg.Password)
+		}))
 	}
 	if !c.cfg.TLS.IsZero() {
 		tc, err := c.cfg.TLS.BuildFor("nats.tls")
@@ -46,6 +47,17 @@ func (c *Consumer) authOptions() ([]natsgo.Option, error) {
 		opts = append(opts, natsgo.Secure(tc))
 	}
 	return opts, nil
+}
+
+// reread resolves a secret for one (re)connect, so that a rotated file or
+// variable is used; a secret that cannot be read any more is logged (its
+// key and why, never a value) and sent empty, which the server refuses.
+func (c *Consumer) reread(key string, ref secret.Ref) string {
+	v, err := ref.Resolve(key)
+	if err != nil {
+		c.logger.Warn("nats: cannot read the secret for a reconnect", "error", err)
+	}
+	return v.Reveal()
 }
 
 // authKey is the setting to check when the server refuses the credentials.

@@ -253,3 +253,46 @@ func TestTLS(t *testing.T) {
 		})
 	}
 }
+
+// Credentials the server stops accepting while the consumer runs are an
+// outage: Unavailable with the key in the reason, a failing probe, and
+// delivery again once the server accepts the (re-read) secret.
+func TestCredentialsRefusedWhileRunning(t *testing.T) {
+	t.Parallel()
+	conf := func(tok string) string { return fmt.Sprintf("authorization { token: %q }\n", tok) }
+	srv := natstest.StartConfig(t, conf("first-t0ken"), natsgo.Token("first-t0ken"))
+	tokFile := writeFile(t, "token", []byte("first-t0ken\n"))
+	cfg := cfgFor(t, srv, func(n *config.Nats) { n.Token = secret.Ref("file:" + tokFile); n.Timeout = 2 * time.Second })
+	ctx := context.Background()
+	c, err := nats.New(ctx, "queue", cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var g sinktest.Events
+	sinktest.DeliverAll(t, c, g.Make("a"))
+
+	srv.Stop()
+	srv.SetConfig(conf("second-t0ken"), natsgo.Token("second-t0ken"))
+	srv.Restart()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		err := c.Probe(ctx)
+		return err != nil && strings.Contains(err.Error(), "refused the credentials of nats.token")
+	}, "probe names nats.token once the server refuses it")
+	o := c.Deliver(ctx, g.Make("b"))[0]
+	if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "nats.token") {
+		t.Fatalf("refused while running: %v %s, want Unavailable naming nats.token", o.Kind, o.Reason)
+	}
+	for _, s := range []string{"first-t0ken", "second-t0ken"} {
+		if strings.Contains(o.Reason, s) {
+			t.Fatalf("reason prints the token: %s", o.Reason)
+		}
+	}
+	t.Logf("unavailable: %s", o.Reason)
+
+	if err := os.WriteFile(tokFile, []byte("second-t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return c.Probe(ctx) == nil }, "probe succeeds with the rotated token file")
+	sinktest.DeliverAll(t, c, g.Make("b"))
+}

@@ -141,6 +141,10 @@ func (c *Consumer) start(ctx context.Context) error {
 		// (and becomes Unavailable) instead of waiting in a buffer that is
 		// lost when the connection closes.
 		natsgo.ReconnectBufSize(-1),
+		// A server that refuses the credentials while running is an outage:
+		// keep reconnecting (re-reading the secrets) instead of closing the
+		// connection for good on the second refusal.
+		natsgo.IgnoreAuthErrorAbort(),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
 				c.logger.Warn("nats: disconnected", "error", err)

@@ -189,6 +189,14 @@ func (s *Server) SetJetStream(on bool) {
 	s.mu.Unlock()
 }
 
+// SetConfig replaces the configuration (StartConfig) and the readiness
+// check's options for the next Restart: a test rotates credentials with it.
+func (s *Server) SetConfig(conf string, opts ...natsgo.Option) {
+	s.mu.Lock()
+	s.conf, s.opts = conf, opts
+	s.mu.Unlock()
+}
+
 // Stop shuts the server down (SIGTERM) and waits for it to exit; safe to
 // call when it is already stopped.
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
