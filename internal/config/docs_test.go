@@ -122,7 +122,8 @@ func TestDocumentedYAML(t *testing.T) {
 				variants[style] = out
 			}
 			for _, m := range envRef.FindAllStringSubmatch(b.text, -1) {
-				t.Setenv(m[1], "docs-"+strings.ToLower(m[1]))
+				// id:secret fits every kind of secret (an API key wants it).
+				t.Setenv(m[1], "docs:"+strings.ToLower(m[1]))
 			}
 			if first != "# other" {
 				repl := docFiles(t, &root)
@@ -274,7 +275,7 @@ func docFiles(t *testing.T, root *yaml.Node) map[string]string {
 			}
 		}
 		if p, ok := strings.CutPrefix(n.Value, "file:"); ok && n.Kind == yaml.ScalarNode && repl[n.Value] == "" {
-			repl[n.Value] = "file:" + write([]byte("docs-secret-"+filepath.Base(p)+"\n"))
+			repl[n.Value] = "file:" + write([]byte("docs:"+filepath.Base(p)+"\n"))
 		}
 		for _, c := range n.Content {
 			walk(c)
