@@ -26,21 +26,24 @@ type Elasticsearch struct {
 	client *elasticsearch.Client
 }
 
-// NewElasticsearch connects to cfg.URLs (default http://127.0.0.1:9200) with
-// basic auth when cfg.Username is set. See New about hc and retries.
+// NewElasticsearch connects to cfg.URLs (default http://127.0.0.1:9200) or
+// cfg.CloudID with cfg's TLS and credentials (connect.go). See New about hc
+// and retries.
 func NewElasticsearch(cfg config.Engine, hc *http.Client) (*Elasticsearch, error) {
+	cn, err := connect(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
 	c, err := elasticsearch.NewClient(elasticsearch.Config{
-		Addresses:    urlsOf(cfg),
-		Username:     cfg.Username,
-		Password:     cfg.Password,
-		Transport:    transportOf(hc),
+		Addresses:    cn.addresses,
+		Transport:    cn.transport,
 		DisableRetry: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("indexer: elasticsearch client for %v: %w", cfg.URLs, err)
 	}
 	e := &Elasticsearch{client: c}
-	e.engine = engine{kind: "elasticsearch", s: esSender{c}}
+	e.engine = engine{kind: "elasticsearch", s: esSender{c}, conn: cn}
 	return e, nil
 }
 
@@ -81,6 +84,8 @@ func (s esSender) send(ctx context.Context, r request) (int, []byte, error) {
 		req = esapi.SearchRequest{Index: idx, Body: body, Version: &v}
 	case apiCount:
 		req = esapi.CountRequest{Index: idx, Body: body}
+	case apiAuthenticate:
+		req = esapi.SecurityAuthenticateRequest{}
 	default:
 		return 0, nil, fmt.Errorf("elasticsearch: unknown api %d", r.api)
 	}

@@ -153,10 +153,17 @@ type EngineError struct {
 	Status int
 	Type   string
 	Reason string
+	// Hint, for 401 and 403, names the setting to check or the privilege
+	// to grant (connect.go, access.go).
+	Hint string
 }
 
 func (e *EngineError) Error() string {
-	return e.Op + ": " + strconv.Itoa(e.Status) + " " + e.Type + ": " + e.Reason
+	s := e.Op + ": " + strconv.Itoa(e.Status) + " " + e.Type + ": " + e.Reason
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
 }
 
 // Temporary reports whether retrying the same request later can succeed:

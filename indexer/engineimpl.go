@@ -41,24 +41,6 @@ func Close(eng Engine) error {
 	return nil
 }
 
-func urlsOf(cfg config.Engine) []string {
-	if len(cfg.URLs) == 0 {
-		return []string{"http://127.0.0.1:9200"}
-	}
-	out := make([]string, len(cfg.URLs))
-	for i, u := range cfg.URLs {
-		out[i] = strings.TrimRight(u, "/")
-	}
-	return out
-}
-
-func transportOf(hc *http.Client) http.RoundTripper {
-	if hc != nil && hc.Transport != nil {
-		return hc.Transport
-	}
-	return http.DefaultTransport.(*http.Transport).Clone()
-}
-
 // api names the engine endpoints searchsync calls.
 type api int
 
@@ -75,6 +57,7 @@ const (
 	apiRefresh
 	apiSearch
 	apiCount
+	apiAuthenticate
 )
 
 // request is one call: the endpoint, the index (or alias) in its path and
@@ -103,6 +86,7 @@ var errWrongProduct = errors.New("the server is not the engine kind configured (
 type engine struct {
 	kind string
 	s    sender
+	conn *conn // nil in tests of the wire code
 }
 
 // do performs r and turns failures into *TransportError (no answer) or
@@ -110,7 +94,8 @@ type engine struct {
 func (e *engine) do(ctx context.Context, op string, r request, okStatus ...int) (int, []byte, error) {
 	status, body, err := e.s.send(ctx, r)
 	if err != nil {
-		if errors.Is(err, errWrongProduct) {
+		var ce *ConfigError
+		if errors.Is(err, errWrongProduct) || errors.As(err, &ce) {
 			return 0, nil, fmt.Errorf("%s %s: %w", e.kind, op, err)
 		}
 		return 0, nil, &TransportError{Op: e.kind + " " + op, Err: err}
@@ -121,7 +106,9 @@ func (e *engine) do(ctx context.Context, op string, r request, okStatus ...int) 
 				return status, body, nil
 			}
 		}
-		return status, body, engineError(e.kind+" "+op, status, body)
+		ee := engineError(e.kind+" "+op, status, body)
+		e.explain(ee)
+		return status, body, ee
 	}
 	return status, body, nil
 }

@@ -21,20 +21,23 @@ type OpenSearch struct {
 }
 
 // NewOpenSearch connects to cfg.URLs (default http://127.0.0.1:9200) with
-// basic auth when cfg.Username is set. See New about hc and retries.
+// cfg's TLS and credentials (connect.go: basic, API key, bearer or SigV4).
+// See New about hc and retries.
 func NewOpenSearch(cfg config.Engine, hc *http.Client) (*OpenSearch, error) {
+	cn, err := connect(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
 	c, err := opensearchapi.NewClient(opensearchapi.Config{Client: opensearch.Config{
-		Addresses:    urlsOf(cfg),
-		Username:     cfg.Username,
-		Password:     cfg.Password,
-		Transport:    transportOf(hc),
+		Addresses:    cn.addresses,
+		Transport:    cn.transport,
 		DisableRetry: true,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("indexer: opensearch client for %v: %w", cfg.URLs, err)
 	}
 	o := &OpenSearch{client: c}
-	o.engine = engine{kind: "opensearch", s: osSender{c}}
+	o.engine = engine{kind: "opensearch", s: osSender{c}, conn: cn}
 	return o, nil
 }
 
@@ -76,6 +79,8 @@ func (s osSender) send(ctx context.Context, r request) (int, []byte, error) {
 		req = &opensearchapi.SearchReq{Indices: idx, Body: body, Params: opensearchapi.SearchParams{Version: &v}}
 	case apiCount:
 		req = opensearchapi.IndicesCountReq{Indices: idx, Body: body}
+	case apiAuthenticate:
+		req, method = pathReq("/_plugins/_security/authinfo"), http.MethodGet
 	default:
 		return 0, nil, fmt.Errorf("opensearch: unknown api %d", r.api)
 	}

@@ -44,6 +44,7 @@ case "${1:-}" in
     ;;
   env)
     echo "export DATABASE_URL='$(scripts/postgres.sh url)'"
+    scripts/postgres.sh tls-env
     echo "export SEARCHSYNC_ENGINE_URL='$(scripts/opensearch.sh url 2>/dev/null || echo http://127.0.0.1:9200)'"
     echo "export SEARCHSYNC_NATS_URL='$(scripts/nats.sh url)'"
     scripts/opensearch-secure.sh env

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,9 +43,48 @@ func openPool(ctx context.Context, db config.Database, timeout time.Duration) (*
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL): %w", where, err)
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL)%s: %w", where, tlsHint(db.URL, err), err)
 	}
 	return pool, nil
+}
+
+// tlsHint names the setting behind a TLS failure: the server's certificate
+// did not verify against sslrootcert, or the server refused ours.
+func tlsHint(dbURL string, err error) string {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	switch {
+	case errors.As(err, &ua), errors.As(err, &cv) && errors.As(cv.Err, &ua):
+		root := cmp.Or(connParam(dbURL, "sslrootcert"), os.Getenv("PGSSLROOTCERT"))
+		if root == "" {
+			return ": the server's certificate is not signed by a CA the system trusts; set sslrootcert in database.url to the CA file"
+		}
+		return fmt.Sprintf(": the server's certificate is not signed by the CA of sslrootcert=%s in database.url", root)
+	case errors.As(err, &he):
+		return ": the server's certificate does not name the host of database.url (sslmode=verify-full checks it)"
+	case errors.As(err, &cv):
+		return ": the server's certificate did not verify (sslmode, sslrootcert in database.url)"
+	}
+	var alert tls.AlertError
+	if errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:") {
+		return ": the server refused the TLS handshake (sslcert, sslkey in database.url)"
+	}
+	return ""
+}
+
+// connParam reads one parameter of a connection string, a URL or key=value
+// pairs.
+func connParam(conn, key string) string {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return u.Query().Get(key)
+	}
+	for _, f := range strings.Fields(conn) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return strings.Trim(v, "'")
+		}
+	}
+	return ""
 }
 
 // connect loads the configuration and opens the database pool: what every

@@ -17,8 +17,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/parser"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/searchsync/searchsync/internal/secret"
+	"github.com/searchsync/searchsync/internal/tlsconf"
 )
 
 // Config is the whole configuration. The zero value of every field means its
@@ -36,8 +38,9 @@ type Config struct {
 
 	// file is where the configuration came from ("" for defaults only).
 	file string
-	// ast is the parsed file, used to point errors at a line.
-	ast *astFile
+	// ast is the line of every key of the file, used to point errors at a
+	// line.
+	ast keyLines
 	// noDatabase lets database.url be missing (NoDatabase).
 	noDatabase bool
 }
@@ -137,19 +140,6 @@ type Compaction struct {
 	BatchSize int `yaml:"batch_size"`
 }
 
-// Engine is the search engine.
-type Engine struct {
-	// Kind is opensearch or elasticsearch. Default opensearch.
-	Kind string `yaml:"kind"`
-	// URLs of the engine's HTTP endpoints. Env SEARCHSYNC_ENGINE_URL (comma
-	// separated). Default http://127.0.0.1:9200.
-	URLs []string `yaml:"urls"`
-	// Username and Password for basic auth. Env SEARCHSYNC_ENGINE_USERNAME,
-	// SEARCHSYNC_ENGINE_PASSWORD.
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
-}
-
 // Consumer is one delivery target.
 type Consumer struct {
 	// Name identifies the consumer in routes, last_error and metrics. Required,
@@ -169,13 +159,18 @@ type Consumer struct {
 type Webhook struct {
 	// URL of the endpoint. Required.
 	URL string `yaml:"url"`
-	// Secret signs requests (Standard Webhooks, HMAC-SHA256). Required. A value
-	// of the form "env:NAME" is read from the environment variable NAME.
+	// Secret signs requests (Standard Webhooks, HMAC-SHA256). Required. A
+	// secret: "env:NAME" reads the environment variable NAME, "file:PATH"
+	// the file.
 	Secret string `yaml:"secret"`
 	// Timeout of one request. Default 10s.
 	Timeout time.Duration `yaml:"timeout"`
 	// Concurrency is the most requests in flight. Default 8.
 	Concurrency int `yaml:"concurrency"`
+	// TLS is how the endpoint's certificate is verified and which client
+	// certificate searchsync presents (mTLS endpoints); for https:// URLs.
+	// Default: the system's CAs, no client certificate.
+	TLS tlsconf.Config `yaml:"tls"`
 }
 
 // Nats is a JetStream publisher.
@@ -209,6 +204,61 @@ type Nats struct {
 	// MaxInFlight bounds the publishes awaiting their PubAck per batch.
 	// Default 256.
 	MaxInFlight int `yaml:"max_in_flight"`
+
+	// At most one auth method of CredsFile, NKeySeedFile, Token and
+	// Username/Password (default none). See docs/connections.md.
+
+	// CredsFile is a NATS credentials file (a user JWT and its nkey seed, as
+	// `nsc generate creds` writes it), for servers in operator/JWT mode.
+	CredsFile string `yaml:"creds_file"`
+	// NKeySeedFile is a file holding a user nkey seed (SU…), for servers
+	// that list the user's public nkey.
+	NKeySeedFile string `yaml:"nkey_seed_file"`
+	// Token is an authorization token. A secret.
+	Token secret.Ref `yaml:"token"`
+	// Username and Password; both or neither. Password is a secret.
+	Username string     `yaml:"username"`
+	Password secret.Ref `yaml:"password"`
+	// TLS is how the server's certificate is verified and which client
+	// certificate searchsync presents. Setting it makes the connection use
+	// TLS (as does a tls:// URL). Default: TLS only when the server asks for
+	// it, verified against the system's CAs.
+	TLS tlsconf.Config `yaml:"tls"`
+}
+
+// Nats auth methods, as AuthMethod names them.
+const (
+	NatsAuthNone     = "none"
+	NatsAuthCreds    = "creds_file"
+	NatsAuthNKey     = "nkey_seed_file"
+	NatsAuthToken    = "token"
+	NatsAuthPassword = "username/password"
+)
+
+// AuthMethod is the configured auth method (the first when several are set,
+// which Validate refuses).
+func (n Nats) AuthMethod() string {
+	if m := n.authMethods(); len(m) > 0 {
+		return m[0]
+	}
+	return NatsAuthNone
+}
+
+func (n Nats) authMethods() []string {
+	var m []string
+	if n.CredsFile != "" {
+		m = append(m, NatsAuthCreds)
+	}
+	if n.NKeySeedFile != "" {
+		m = append(m, NatsAuthNKey)
+	}
+	if n.Token != "" {
+		m = append(m, NatsAuthToken)
+	}
+	if n.Username != "" || n.Password != "" {
+		m = append(m, NatsAuthPassword)
+	}
+	return m
 }
 
 // Search writes documents to the engine's indexes.
@@ -273,11 +323,26 @@ func (c *Config) parse(data []byte) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	if err := yaml.UnmarshalWithOptions(data, c, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return fmt.Errorf("config %s: %s", c.file, yaml.FormatError(err, false, true))
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		// A syntax error: "yaml: line 3: mapping values are not allowed
+		// in this context".
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if sm := typeErrorLine.FindStringSubmatch(msg); sm != nil {
+			return fmt.Errorf("config %s:%s: %s", c.file, sm[1], sm[2])
+		}
+		return fmt.Errorf("config %s: %s", c.file, msg)
 	}
-	if f, err := parser.ParseBytes(data, 0); err == nil {
-		c.ast = &astFile{f}
+	c.ast = keyLines{}
+	c.ast.indexNode(&root, "")
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return errors.Join(c.decodeErrors(&root, te.Errors)...)
+		}
+		return fmt.Errorf("config %s: %s", c.file, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	return nil
 }
@@ -302,7 +367,7 @@ func (c *Config) applyEnv(getenv func(string) string) {
 		c.Engine.Username = v
 	}
 	if v := getenv("SEARCHSYNC_ENGINE_PASSWORD"); v != "" {
-		c.Engine.Password = v
+		c.Engine.Password = secret.Ref(v)
 	}
 	if v := getenv("SEARCHSYNC_NATS_URL"); v != "" {
 		for i := range c.Consumers {
@@ -336,9 +401,7 @@ func (c *Config) setDefaults() {
 	c.Compaction.Interval = cmp.Or(c.Compaction.Interval, time.Hour)
 	c.Compaction.BatchSize = cmp.Or(c.Compaction.BatchSize, 1000)
 	c.Engine.Kind = cmp.Or(c.Engine.Kind, "opensearch")
-	if len(c.Engine.URLs) == 0 {
-		c.Engine.URLs = []string{"http://127.0.0.1:9200"}
-	}
+	c.Engine.setDefaults()
 	for i := range c.Consumers {
 		if w := c.Consumers[i].Webhook; w != nil {
 			w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
@@ -417,14 +480,7 @@ func (c *Config) Validate() error {
 		v.add("compaction.retention", "must be at least 1m")
 	}
 	v.positive("compaction.batch_size", c.Compaction.BatchSize)
-	switch c.Engine.Kind {
-	case "opensearch", "elasticsearch":
-	default:
-		v.add("engine.kind", fmt.Sprintf("%q is not one of opensearch, elasticsearch", c.Engine.Kind))
-	}
-	for i, u := range c.Engine.URLs {
-		v.httpURL(fmt.Sprintf("engine.urls[%d]", i), u)
-	}
+	c.validateEngine(v)
 	names := map[string]bool{}
 	for i, cons := range c.Consumers {
 		key := fmt.Sprintf("consumers[%d]", i)
@@ -444,15 +500,21 @@ func (c *Config) Validate() error {
 			v.httpURL(key+".webhook.url", cons.Webhook.URL)
 			if cons.Webhook.Secret == "" {
 				v.add(key+".webhook.secret", "is required")
-			} else if name, ok := strings.CutPrefix(cons.Webhook.Secret, "env:"); ok && os.Getenv(name) == "" {
-				v.add(key+".webhook.secret", fmt.Sprintf("environment variable %s is empty", name))
-			} else if enc, ok := strings.CutPrefix(cons.Webhook.Secret, "whsec_"); ok {
+			} else if val, err := secret.Ref(cons.Webhook.Secret).Resolve(key + ".webhook.secret"); err != nil {
+				v.add(key+".webhook.secret", reasonOf(err))
+			} else if enc, ok := strings.CutPrefix(val.Reveal(), "whsec_"); ok {
 				if _, err := base64.StdEncoding.DecodeString(enc); err != nil || enc == "" {
 					v.add(key+".webhook.secret", "a whsec_ secret must be base64 after the prefix (Standard Webhooks)")
 				}
 			}
 			v.positiveDur(key+".webhook.timeout", cons.Webhook.Timeout)
 			v.positive(key+".webhook.concurrency", cons.Webhook.Concurrency)
+			if !cons.Webhook.TLS.IsZero() {
+				v.tls(key+".webhook.tls", cons.Webhook.TLS)
+				if !strings.HasPrefix(cons.Webhook.URL, "https://") {
+					v.add(key+".webhook.tls", "is set, but webhook.url is not https://")
+				}
+			}
 		case "nats":
 			if cons.Nats == nil {
 				v.add(key+".nats", "is required for type nats")
@@ -477,6 +539,7 @@ func (c *Config) Validate() error {
 			default:
 				v.add(key+".nats.retention", fmt.Sprintf("%q is not one of limits, interest, workqueue", cons.Nats.Retention))
 			}
+			v.natsAuth(key+".nats", *cons.Nats)
 		case "search":
 			if cons.Search == nil || len(cons.Search.Indexes) == 0 {
 				v.add(key+".search.indexes", "names at least one index")

@@ -49,9 +49,13 @@ func TestBadConfigurationNamesFileKeyLineAndReason(t *testing.T) {
 		{"unknown consumer in route", good + "  - consumer: nope\n", `bad.yaml:17: routes[1].consumer: names unknown consumer "nope"`},
 		{"bad url", strings.Replace(good, "http://127.0.0.1:9999/hook", "ftp:/x", 1), `bad.yaml:12: consumers[0].webhook.url: "ftp:/x" is not an absolute http(s) URL`},
 		{"negative batch", strings.Replace(good, "batch_size: 200", "batch_size: -1", 1), `bad.yaml:5: relay.batch_size: must be positive`},
-		{"unknown key", good + "bogus: 1\n", `unknown field "bogus"`},
-		{"wrong type", strings.Replace(good, "batch_size: 200", "batch_size: many", 1), `bad.yaml`},
-		{"bad duration", strings.Replace(good, "initial: 500ms", "initial: soon", 1), `bad.yaml`},
+		{"unknown key", good + "bogus: 1\n", `bad.yaml:17: bogus: unknown field "bogus"`},
+		{"unknown nested key", strings.Replace(good, "batch_size: 200", "batch_size: 200\n  bogus: 1", 1), `bad.yaml:6: relay.bogus: unknown field "bogus"`},
+		{"wrong type", strings.Replace(good, "batch_size: 200", "batch_size: many", 1), "bad.yaml:5: relay.batch_size: cannot unmarshal !!str `many` into int"},
+		{"wrong type in flow style", strings.Replace(good, "relay:\n  batch_size: 200\n  backoff:\n    initial: 500ms", "relay: {batch_size: 1, in_flight: many}", 1), "bad.yaml:4: relay.in_flight: cannot unmarshal !!str `many` into int"},
+		{"bad duration", strings.Replace(good, "initial: 500ms", "initial: soon", 1), "bad.yaml:7: relay.backoff.initial: cannot unmarshal !!str `soon` into time.Duration"},
+		{"syntax error", good + "routes: [\n", "bad.yaml:"},
+		{"duplicate key", good + "relay: {}\n", `bad.yaml:17: relay: mapping key "relay" already defined at line 4`},
 		{"bad schema", good + "  \n", ""},
 		{"missing type", strings.Replace(good, "type: webhook", "type: carrier-pigeon", 1), `consumers[0].type: "carrier-pigeon" is not one of webhook, nats, search`},
 		{"no database", strings.Replace(good, "url: postgres://u:p@127.0.0.1:5432/db", "schema: mdm", 1), `database.url: is required`},
@@ -67,6 +71,23 @@ func TestBadConfigurationNamesFileKeyLineAndReason(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want it to contain %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// A URL with a port inside a flow sequence is plain YAML; an earlier parser
+// read it as a mapping.
+func TestFlowStyleWithURLs(t *testing.T) {
+	c, err := Parse("flow.yaml", []byte("database: {url: 'postgres://u@127.0.0.1:5432/db'}\n"+
+		"engine: {kind: opensearch, urls: [http://127.0.0.1:9200, https://b.example:9243]}\n"+
+		"consumers: [{name: bus, type: nats, nats: {url: nats://127.0.0.1:4222, stream: OUTBOX}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Engine.URLs; len(got) != 2 || got[0] != "http://127.0.0.1:9200" || got[1] != "https://b.example:9243" {
+		t.Fatalf("engine.urls = %q", got)
+	}
+	if c.Consumers[0].Nats.URL != "nats://127.0.0.1:4222" {
+		t.Fatalf("nats.url = %q", c.Consumers[0].Nats.URL)
 	}
 }
 

@@ -128,7 +128,11 @@ func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger)
 }
 
 func (c *Consumer) start(ctx context.Context) error {
-	nc, err := natsgo.Connect(c.cfg.URL,
+	auth, err := c.authOptions()
+	if err != nil {
+		return err
+	}
+	opts := append(auth,
 		natsgo.Name("searchsync "+c.name),
 		natsgo.Timeout(c.cfg.Timeout),
 		natsgo.MaxReconnects(-1),
@@ -137,6 +141,10 @@ func (c *Consumer) start(ctx context.Context) error {
 		// (and becomes Unavailable) instead of waiting in a buffer that is
 		// lost when the connection closes.
 		natsgo.ReconnectBufSize(-1),
+		// A server that refuses the credentials while running is an outage:
+		// keep reconnecting (re-reading the secrets) instead of closing the
+		// connection for good on the second refusal.
+		natsgo.IgnoreAuthErrorAbort(),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
 				c.logger.Warn("nats: disconnected", "error", err)
@@ -146,8 +154,9 @@ func (c *Consumer) start(ctx context.Context) error {
 			c.logger.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
 	)
+	nc, err := natsgo.Connect(c.cfg.URL, opts...)
 	if err != nil {
-		return fmt.Errorf("nats: connect %s: %w", c.shownURL, err)
+		return c.connectErr(err)
 	}
 	c.nc = nc
 	js, err := jetstream.New(nc,
@@ -181,7 +190,7 @@ func (c *Consumer) Subject(e *outbox.Event) string { return c.subject.Render(e) 
 // for the account, and the stream exists (one stream info request).
 func (c *Consumer) Probe(ctx context.Context) error {
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
-		return fmt.Errorf("nats: not connected to %s (%s)", c.shownURL, st)
+		return fmt.Errorf("nats: not connected to %s (%s)%s", c.shownURL, st, c.lastAuthErr())
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -344,7 +353,7 @@ func (c *Consumer) publishOne(ctx context.Context, e *outbox.Event) (jetstream.P
 		}
 	}
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
-		return nil, msg.Subject, sink.Unavailablef("nats: not connected to %s (%s)", c.shownURL, st), nil
+		return nil, msg.Subject, sink.Unavailablef("nats: not connected to %s (%s)%s", c.shownURL, st, c.lastAuthErr()), nil
 	}
 	f, err := c.js.PublishMsgAsync(msg)
 	return f, msg.Subject, sink.Outcome{}, err

@@ -62,6 +62,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -70,7 +71,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +79,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/secret"
+	"github.com/searchsync/searchsync/internal/tlsconf"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -174,6 +176,19 @@ func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logg
 		return nil, bad("webhook.secret", "%v", err)
 	}
 	own := client == nil
+	var tc *tls.Config
+	if !cfg.TLS.IsZero() {
+		if !own {
+			return nil, bad("webhook.tls", "needs the consumer's own HTTP client (New was given one)")
+		}
+		if !strings.HasPrefix(cfg.URL, "https://") {
+			return nil, bad("webhook.tls", "is set, but webhook.url is not https://")
+		}
+		tc, err = cfg.TLS.BuildFor("webhook.tls")
+		if err != nil {
+			return nil, &ConfigError{Consumer: name, Key: "webhook.tls", Reason: err.Error()}
+		}
+	}
 	if own {
 		client = &http.Client{
 			Transport: &http.Transport{
@@ -182,6 +197,7 @@ func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logg
 				MaxIdleConnsPerHost: cfg.Concurrency,
 				IdleConnTimeout:     90 * time.Second,
 				TLSHandshakeTimeout: cfg.Timeout,
+				TLSClientConfig:     tc,
 				ForceAttemptHTTP2:   true,
 			},
 			// A redirect of a POST is a configuration mistake; it is reported
@@ -207,15 +223,21 @@ func (c *Consumer) Close() error {
 }
 
 // ParseSecret turns a configured secret into the HMAC key: "env:NAME" reads
-// the variable NAME first; "whsec_<base64>" is base64-decoded; anything else
+// the variable NAME first, "file:PATH" the file; "whsec_<base64>" is base64-decoded; anything else
 // is the key as it is.
-func ParseSecret(secret string) ([]byte, error) {
-	if name, ok := strings.CutPrefix(secret, "env:"); ok {
-		secret = os.Getenv(name)
-		if secret == "" {
-			return nil, fmt.Errorf("environment variable %s is empty", name)
-		}
+func ParseSecret(ref string) ([]byte, error) {
+	if ref == "" {
+		return nil, errors.New("is required")
 	}
+	v, err := secret.Ref(ref).Resolve("webhook.secret")
+	if err != nil {
+		var se *secret.Error
+		if errors.As(err, &se) {
+			return nil, errors.New(strings.TrimPrefix(err.Error(), se.Key+": "))
+		}
+		return nil, err
+	}
+	secret := v.Reveal()
 	if secret == "" {
 		return nil, errors.New("is required")
 	}
@@ -361,7 +383,7 @@ func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) si
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			o = sink.Unavailablef("POST %s: no answer within %s", c.shownURL, c.cfg.Timeout)
 		} else {
-			o = sink.Unavailablef("POST %s: %v", c.shownURL, unwrapURLError(err))
+			o = sink.Unavailablef("POST %s: %v", c.shownURL, tlsconf.Explain(unwrapURLError(err), "webhook.tls", c.cfg.TLS))
 		}
 		b.down.CompareAndSwap(nil, &o)
 		return o

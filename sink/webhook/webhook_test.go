@@ -65,7 +65,9 @@ func TestParseSecret(t *testing.T) {
 		{secret: "whsec_" + base64.StdEncoding.EncodeToString([]byte("abc")), want: "abc"},
 		{secret: "plain", want: "plain"},
 		{secret: "env:SEARCHSYNC_TEST_WEBHOOK_SECRET", want: "k3y"},
-		{secret: "env:SEARCHSYNC_TEST_WEBHOOK_UNSET", err: "SEARCHSYNC_TEST_WEBHOOK_UNSET is empty"},
+		{secret: "env:SEARCHSYNC_TEST_WEBHOOK_UNSET", err: "environment variable SEARCHSYNC_TEST_WEBHOOK_UNSET is not set"},
+		{secret: "file:" + secretFile(t, "from-a-file\n"), want: "from-a-file"},
+		{secret: "file:/nonexistent/webhook-secret", err: "/nonexistent/webhook-secret"},
 		{secret: "whsec_***", err: "base64"},
 		{secret: "", err: "required"},
 	} {

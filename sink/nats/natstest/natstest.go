@@ -41,8 +41,8 @@ func URL(t testing.TB) string {
 	return u
 }
 
-func ping(url string) error {
-	nc, err := natsgo.Connect(url, natsgo.Timeout(3*time.Second))
+func ping(url string, opts ...natsgo.Option) error {
+	nc, err := natsgo.Connect(url, append([]natsgo.Option{natsgo.Timeout(3 * time.Second)}, opts...)...)
 	if err != nil {
 		return err
 	}
@@ -65,6 +65,8 @@ type Server struct {
 
 	t    testing.TB
 	noJS bool
+	conf string          // configuration file contents (StartConfig)
+	opts []natsgo.Option // how the readiness check connects
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
@@ -98,7 +100,21 @@ func StartWithoutJetStream(t testing.TB) *Server {
 	return start(t, true)
 }
 
+// StartConfig runs a nats-server with JetStream and the configuration conf
+// (authorization, accounts, tls blocks; the listen address and the store
+// are added), on a free port. It is ready when a client connecting with
+// opts gets JetStream account info.
+func StartConfig(t testing.TB, conf string, opts ...natsgo.Option) *Server {
+	t.Helper()
+	return startWith(t, false, conf, opts)
+}
+
 func start(t testing.TB, noJS bool) *Server {
+	t.Helper()
+	return startWith(t, noJS, "", nil)
+}
+
+func startWith(t testing.TB, noJS bool, conf string, opts []natsgo.Option) *Server {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -106,7 +122,7 @@ func start(t testing.TB, noJS bool) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{Port: port, URL: "nats://127.0.0.1:" + strconv.Itoa(port), Dir: t.TempDir(), t: t, noJS: noJS}
+	s := &Server{Port: port, URL: "nats://127.0.0.1:" + strconv.Itoa(port), Dir: t.TempDir(), t: t, noJS: noJS, conf: conf, opts: opts}
 	t.Cleanup(s.Stop)
 	s.Restart()
 	return s
@@ -130,6 +146,13 @@ func (s *Server) Restart() {
 	if !s.noJS {
 		args = append(args, "-js", "-sd", filepath.Join(s.Dir, "store"))
 	}
+	if s.conf != "" {
+		f := filepath.Join(s.Dir, "nats.conf")
+		if err := os.WriteFile(f, []byte(s.conf), 0o600); err != nil {
+			s.t.Fatalf("natstest: %v", err)
+		}
+		args = append(args, "-c", f)
+	}
 	cmd := exec.Command(Binary(s.t), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -146,7 +169,7 @@ func (s *Server) Restart() {
 			}
 			return err == nil
 		}
-		return ping(s.URL) == nil
+		return ping(s.URL, s.opts...) == nil
 	}
 	for !ready() {
 		if time.Now().After(deadline) {
@@ -163,6 +186,14 @@ func (s *Server) Restart() {
 func (s *Server) SetJetStream(on bool) {
 	s.mu.Lock()
 	s.noJS = !on
+	s.mu.Unlock()
+}
+
+// SetConfig replaces the configuration (StartConfig) and the readiness
+// check's options for the next Restart: a test rotates credentials with it.
+func (s *Server) SetConfig(conf string, opts ...natsgo.Option) {
+	s.mu.Lock()
+	s.conf, s.opts = conf, opts
 	s.mu.Unlock()
 }
 
