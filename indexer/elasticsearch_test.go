@@ -22,14 +22,15 @@ func newElasticsearch(t testing.TB, url string) indexer.Engine {
 	return e
 }
 
-// TestElasticsearch runs the contract suite with the Elasticsearch adapter:
-// against the OpenSearch node through the product proxy (always), and against
-// a real Elasticsearch 8 container where a Docker engine is reachable.
+// TestElasticsearch runs the contract suite with the Elasticsearch adapter
+// (go-elasticsearch/v8) against the real Elasticsearch 7.17 node of
+// scripts/services.sh, and against a real Elasticsearch 8 container where a
+// Docker engine is reachable.
 func TestElasticsearch(t *testing.T) {
 	t.Parallel()
-	t.Run("OpenSearchThroughProxy", func(t *testing.T) {
+	t.Run("Elasticsearch7", func(t *testing.T) {
 		t.Parallel()
-		enginetest.Run(t, testenv.ElasticProductProxy(t, testenv.EngineURL(t)), newElasticsearch)
+		enginetest.Run(t, testenv.ElasticsearchURL(t), newElasticsearch)
 	})
 	if testenv.DockerAvailable() {
 		t.Run("Elasticsearch8", func(t *testing.T) {
@@ -46,7 +47,7 @@ func TestElasticsearch(t *testing.T) {
 	}
 }
 
-// Without the proxy the v8 client refuses the OpenSearch node: that is a
+// The v8 client refuses the OpenSearch node (no X-Elastic-Product header): that is a
 // configuration error (wrong engine.kind), neither an engine answer nor a
 // transport failure worth retrying.
 func TestElasticsearchAdapterRefusesOpenSearch(t *testing.T) {

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Starts or stops every real service searchsync's tests and demo need:
-# PostgreSQL, OpenSearch 2.19 (our Java launcher) and NATS with JetStream.
+# PostgreSQL, OpenSearch 2.19.6 (our Java launcher), NATS with JetStream, and
+# for the production-cluster tests a secured OpenSearch 2.19.4 (TLS, users,
+# client certificates; scripts/opensearch-secure.sh), Elasticsearch 7.17
+# (scripts/elasticsearch.sh) and an nginx that demands an API key or a bearer
+# token in front of it (scripts/authproxy.sh). See docs/test-services.md.
 #
 #   scripts/services.sh start   # then: eval "$(scripts/services.sh env)"
 #   scripts/services.sh stop
@@ -10,11 +14,24 @@ cd "$(dirname "$0")/.."
 
 case "${1:-}" in
   start)
-    scripts/postgres.sh start
-    scripts/nats.sh start
-    scripts/opensearch.sh start
+    # The three JVMs start in the background while PostgreSQL and NATS come
+    # up; each script waits on its own health check with a deadline.
+    mkdir -p "${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}"
+    scripts/opensearch.sh start >/dev/null & os=$!
+    scripts/opensearch-secure.sh start >/dev/null & sec=$!
+    scripts/elasticsearch.sh start >/dev/null & es=$!
+    rc=0
+    scripts/postgres.sh start || rc=1
+    scripts/nats.sh start || rc=1
+    wait "$os" || rc=1
+    if wait "$es"; then scripts/authproxy.sh start >/dev/null || rc=1; else rc=1; fi
+    wait "$sec" || rc=1
+    exit "$rc"
     ;;
   stop)
+    scripts/authproxy.sh stop || true
+    scripts/elasticsearch.sh stop || true
+    scripts/opensearch-secure.sh stop || true
     scripts/opensearch.sh stop || true
     scripts/nats.sh stop || true
     scripts/postgres.sh stop || true
@@ -23,6 +40,9 @@ case "${1:-}" in
     echo "export DATABASE_URL='$(scripts/postgres.sh url)'"
     echo "export SEARCHSYNC_ENGINE_URL='$(scripts/opensearch.sh url 2>/dev/null || echo http://127.0.0.1:9200)'"
     echo "export SEARCHSYNC_NATS_URL='$(scripts/nats.sh url)'"
+    scripts/opensearch-secure.sh env
+    echo "export SEARCHSYNC_ES_URL='$(scripts/elasticsearch.sh url)'"
+    scripts/authproxy.sh env
     ;;
   *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
 esac

@@ -7,24 +7,18 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/examples/customer"
-	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
-// The consumer works the same through the Elasticsearch adapter: documents,
-// partial merges (one _mget), stale writes, soft deletes, mapping poison.
+// The consumer works the same through the Elasticsearch adapter against the
+// real Elasticsearch 7.17 node: index creation, documents, partial merges
+// (one _mget), stale writes, soft deletes, mapping poison.
 func TestThroughElasticsearchAdapter(t *testing.T) {
-	b := setup(t)
-	eng, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticProductProxy(t, testenv.EngineURL(t))}}, nil)
-	if err != nil {
-		t.Fatal(err)
+	b := setupOn(t, config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
+	if b.eng.Kind() != "elasticsearch" {
+		t.Fatalf("kind %s", b.eng.Kind())
 	}
-	if eng.Kind() != "elasticsearch" {
-		t.Fatalf("kind %s", eng.Kind())
-	}
-	b.cons = b.consumer(func(c *search.Config) { c.Engine = eng })
 
 	id, bad := uuid.New(), uuid.New()
 	b.deliver(b.produce(customer.Created(ch(id, 1, map[string]any{"status": "draft", "email": "e@x"}))), ok)

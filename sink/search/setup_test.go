@@ -42,15 +42,22 @@ func perTenant(d *mapping.Def)   { d.Tenancy.Mode = mapping.TenancyPerTenant }
 
 func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
+	return setupOn(t, config.Engine{URLs: []string{testenv.EngineURL(t)}}, opts...)
+}
+
+// setupOn is setup with the engine (kind and URLs) the bundle works on.
+func setupOn(t testing.TB, engCfg config.Engine, opts ...option) *bundle {
+	t.Helper()
 	if tt, ok := t.(*testing.T); ok {
 		tt.Parallel()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	eng, err := indexer.New(config.Engine{URLs: []string{testenv.EngineURL(t)}}, nil)
+	eng, err := indexer.New(engCfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { indexer.Close(eng) })
 	defs, err := mapping.Load("")
 	if err != nil {
 		t.Fatal(err)

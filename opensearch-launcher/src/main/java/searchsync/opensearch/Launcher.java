@@ -12,6 +12,9 @@ import org.opensearch.plugins.Plugin;
 import org.opensearch.transport.Netty4Plugin;
 
 import java.io.IOException;
+import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.Properties;
 import java.nio.file.FileVisitResult;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -30,6 +33,12 @@ import java.util.concurrent.TimeUnit;
  * <p>Usage: {@code java -cp 'target/classes:target/lib/*' searchsync.opensearch.Launcher [--port N] [--home DIR]}
  * <br>Environment: {@code OPENSEARCH_PORT} (default 9200), {@code OPENSEARCH_HOME} (default: a fresh
  * temporary directory that is deleted again on exit). The transport port is http port + 100.
+ *
+ * <p>Further plugins (such as the security plugin, whose zip the start script unpacks and puts on
+ * the classpath) are named by their {@code plugin-descriptor.properties}: {@code --plugin-descriptor FILE}
+ * (repeatable) or {@code OPENSEARCH_PLUGIN_DESCRIPTORS} (a {@code :}-separated list); the launcher
+ * loads the descriptor's {@code classname} from the classpath. Node settings beyond the ones below
+ * come from {@code config/opensearch.yml} in the home, which OpenSearch reads itself.
  */
 public final class Launcher {
 
@@ -53,12 +62,22 @@ public final class Launcher {
     public static void main(String[] args) throws Exception {
         int port = parsePort(System.getenv().getOrDefault("OPENSEARCH_PORT", "9200"));
         String homeArg = System.getenv("OPENSEARCH_HOME");
+        List<String> descriptors = new ArrayList<>();
+        String envDescriptors = System.getenv("OPENSEARCH_PLUGIN_DESCRIPTORS");
+        if (envDescriptors != null) {
+            for (String d : envDescriptors.split(":")) {
+                if (!d.isBlank()) {
+                    descriptors.add(d);
+                }
+            }
+        }
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--port" -> port = parsePort(need(args, ++i));
                 case "--home" -> homeArg = need(args, ++i);
+                case "--plugin-descriptor" -> descriptors.add(need(args, ++i));
                 case "-h", "--help" -> {
-                    System.out.println("usage: Launcher [--port HTTP_PORT] [--home DIR]  (env OPENSEARCH_PORT, OPENSEARCH_HOME)");
+                    System.out.println("usage: Launcher [--port HTTP_PORT] [--home DIR] [--plugin-descriptor FILE]...  (env OPENSEARCH_PORT, OPENSEARCH_HOME, OPENSEARCH_PLUGIN_DESCRIPTORS)");
                     return;
                 }
                 default -> throw new IllegalArgumentException("unknown argument: " + args[i]);
@@ -95,7 +114,11 @@ public final class Launcher {
 
         Environment environment = InternalSettingsPreparer.prepareEnvironment(
             settings, Map.of(), home.resolve("config"), () -> "searchsync-node");
-        Node node = new EmbeddedNode(environment, PLUGINS);
+        List<Class<? extends Plugin>> plugins = new ArrayList<>(PLUGINS);
+        for (String d : descriptors) {
+            plugins.add(pluginClass(Paths.get(d)));
+        }
+        Node node = new EmbeddedNode(environment, plugins);
 
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
@@ -128,6 +151,25 @@ public final class Launcher {
         System.out.printf("[launcher] OpenSearch started in %.1fs: http://127.0.0.1:%d (transport %d, home %s)%n",
             (System.nanoTime() - t0) / 1e9, port, port + 100, home);
         stopped.await();
+    }
+
+    /** Loads the plugin class named by a plugin-descriptor.properties (its jars must be on the classpath). */
+    private static Class<? extends Plugin> pluginClass(Path descriptor) throws IOException {
+        Properties p = new Properties();
+        try (InputStream in = Files.newInputStream(descriptor)) {
+            p.load(in);
+        }
+        String name = p.getProperty("classname", "").trim();
+        if (name.isEmpty()) {
+            throw new IllegalArgumentException(descriptor + ": no classname");
+        }
+        try {
+            Class<?> c = Class.forName(name, true, Launcher.class.getClassLoader());
+            System.out.println("[launcher] plugin " + p.getProperty("name", "?") + " " + p.getProperty("version", "?") + ": " + name);
+            return c.asSubclass(Plugin.class);
+        } catch (ClassNotFoundException e) {
+            throw new IllegalArgumentException(descriptor + ": class " + name + " is not on the classpath", e);
+        }
     }
 
     private static String need(String[] args, int i) {
