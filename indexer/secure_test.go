@@ -11,6 +11,7 @@ import (
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
@@ -30,7 +31,7 @@ func secureEngine(t *testing.T, user, password string, cert *tls.Certificate) in
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tc
 	t.Cleanup(tr.CloseIdleConnections)
-	e, err := indexer.New(config.Engine{URLs: []string{sec.URL}, Username: user, Password: password}, &http.Client{Transport: tr})
+	e, err := indexer.New(config.Engine{URLs: []string{sec.URL}, Username: user, Password: secret.Ref(password)}, &http.Client{Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ func TestReindexOnSecuredOpenSearchAsWriter(t *testing.T) {
 			tr.TLSClientConfig = tc.Clone()
 			hc := &http.Client{Transport: tr}
 			t.Cleanup(tr.CloseIdleConnections)
-			ecfg := config.Engine{URLs: []string{sec.URL}, Username: sec.WriterUser, Password: sec.WriterPassword}
+			ecfg := config.Engine{URLs: []string{sec.URL}, Username: sec.WriterUser, Password: secret.Ref(sec.WriterPassword)}
 			reindexOn(t, setupEngine(t, ecfg, hc), hc, clientSeed)
 		})
 	}
