@@ -39,9 +39,9 @@ func (e *engine) explain(ee *EngineError) {
 
 var (
 	// OpenSearch: no permissions for [indices:admin/create] and User [name=reader, …]
-	osDenied = regexp.MustCompile(`no permissions for \[([^\]]+)\] and User \[name=([^,\]]+)`)
+	osDenied = regexp.MustCompile(`no permissions for \[(.+?)\] and User \[name=([^,\]]+)`)
 	// Elasticsearch: action [indices:admin/create] is unauthorized for user [reader] …
-	esDenied = regexp.MustCompile(`action \[([^\]]+)\] is unauthorized for (?:user|API key id) \[([^\]]+)\]`)
+	esDenied = regexp.MustCompile(`action \[(.+?)\] is unauthorized for (?:user|API key id) \[([^\]]+)\]`)
 	esOn     = regexp.MustCompile(`on indices \[([^\]]+)\]`)
 )
 

@@ -26,31 +26,14 @@ import (
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
 
-// prodEnv reads the settings of the production-like services (the secured
-// OpenSearch node, Elasticsearch 7.17 and the API-key/bearer proxy) that
-// `scripts/services.sh env` prints; a test fails, never skips, without them.
-func prodEnv(t *testing.T, names ...string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	var missing []string
-	for _, n := range names {
-		out[n] = os.Getenv(n)
-		if out[n] == "" {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
-		t.Fatalf("%s not set: start the services with `scripts/services.sh start` and load `eval \"$(scripts/services.sh env)\"`", strings.Join(missing, ", "))
-	}
-	return out
-}
-
+// secureEnv is testenv.Secure as the SEARCHSYNC_SECURE_* names.
 func secureEnv(t *testing.T) map[string]string {
-	return prodEnv(t, "SEARCHSYNC_SECURE_URL", "SEARCHSYNC_SECURE_CA", "SEARCHSYNC_SECURE_CA_FINGERPRINT",
-		"SEARCHSYNC_SECURE_ADMIN_USER", "SEARCHSYNC_SECURE_ADMIN_PASSWORD",
-		"SEARCHSYNC_SECURE_WRITER_USER", "SEARCHSYNC_SECURE_WRITER_PASSWORD",
-		"SEARCHSYNC_SECURE_READONLY_USER", "SEARCHSYNC_SECURE_READONLY_PASSWORD",
-		"SEARCHSYNC_SECURE_CLIENT_CERT", "SEARCHSYNC_SECURE_CLIENT_KEY")
+	s := testenv.Secure(t)
+	return map[string]string{"SEARCHSYNC_SECURE_URL": s.URL, "SEARCHSYNC_SECURE_CA": s.CAFile, "SEARCHSYNC_SECURE_CA_FINGERPRINT": s.CAFingerprint,
+		"SEARCHSYNC_SECURE_ADMIN_USER": s.AdminUser, "SEARCHSYNC_SECURE_ADMIN_PASSWORD": s.AdminPassword,
+		"SEARCHSYNC_SECURE_WRITER_USER": s.WriterUser, "SEARCHSYNC_SECURE_WRITER_PASSWORD": s.WriterPassword,
+		"SEARCHSYNC_SECURE_READONLY_USER": s.ReadOnlyUser, "SEARCHSYNC_SECURE_READONLY_PASSWORD": s.ReadOnlyPassword,
+		"SEARCHSYNC_SECURE_CLIENT_CERT": s.ClientCert, "SEARCHSYNC_SECURE_CLIENT_KEY": s.ClientKey}
 }
 
 func engineOf(t *testing.T, cfg config.Engine) indexer.Engine {
@@ -220,8 +203,12 @@ func TestSecureTLS(t *testing.T) {
 // refused with a message naming the setting.
 func TestAuthProxy(t *testing.T) {
 	t.Parallel()
-	env := prodEnv(t, "SEARCHSYNC_AUTH_PROXY_URL", "SEARCHSYNC_AUTH_PROXY_API_KEY", "SEARCHSYNC_AUTH_PROXY_API_KEY_ID",
-		"SEARCHSYNC_AUTH_PROXY_API_KEY_SECRET", "SEARCHSYNC_AUTH_PROXY_BEARER")
+	p := testenv.AuthProxy(t)
+	env := map[string]string{"SEARCHSYNC_AUTH_PROXY_URL": p.URL, "SEARCHSYNC_AUTH_PROXY_API_KEY": p.APIKey,
+		"SEARCHSYNC_AUTH_PROXY_API_KEY_ID": p.APIKeyID, "SEARCHSYNC_AUTH_PROXY_API_KEY_SECRET": p.APIKeySecret}
+	if os.Getenv("SEARCHSYNC_AUTH_PROXY_BEARER") != p.Bearer {
+		t.Fatal("SEARCHSYNC_AUTH_PROXY_BEARER is not the proxy's bearer token: load `eval \"$(scripts/services.sh env)\"`")
+	}
 	ctx := context.Background()
 	url := []string{env["SEARCHSYNC_AUTH_PROXY_URL"]}
 	keyFile := filepath.Join(t.TempDir(), "api-key")
@@ -263,8 +250,7 @@ func TestAuthProxy(t *testing.T) {
 // Elasticsearch: document_missing_exception, nothing written.
 func TestElasticsearchAccessCheck(t *testing.T) {
 	t.Parallel()
-	env := prodEnv(t, "SEARCHSYNC_ES_URL")
-	eng := engineOf(t, config.Engine{Kind: "elasticsearch", URLs: []string{env["SEARCHSYNC_ES_URL"]}})
+	eng := engineOf(t, config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
 	alias := aliasWithIndex(t, eng, "es_access")
 	ctx := context.Background()
 	if err := indexer.CheckAccess(ctx, eng, alias); err != nil {

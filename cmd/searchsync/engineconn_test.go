@@ -29,18 +29,14 @@ import (
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
 
-// secureVars reads the secured OpenSearch node's settings that
-// `scripts/services.sh env` prints; the test fails without them.
+// secureVars is testenv.Secure as the SEARCHSYNC_SECURE_* names.
 func secureVars(t *testing.T) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	for _, n := range []string{"SEARCHSYNC_SECURE_URL", "SEARCHSYNC_SECURE_CA", "SEARCHSYNC_SECURE_ADMIN_USER", "SEARCHSYNC_SECURE_ADMIN_PASSWORD",
-		"SEARCHSYNC_SECURE_WRITER_USER", "SEARCHSYNC_SECURE_WRITER_PASSWORD", "SEARCHSYNC_SECURE_READONLY_USER", "SEARCHSYNC_SECURE_READONLY_PASSWORD"} {
-		if out[n] = os.Getenv(n); out[n] == "" {
-			t.Fatalf("%s not set: start the services with `scripts/services.sh start` and load `eval \"$(scripts/services.sh env)\"`", n)
-		}
-	}
-	return out
+	s := testenv.Secure(t)
+	return map[string]string{"SEARCHSYNC_SECURE_URL": s.URL, "SEARCHSYNC_SECURE_CA": s.CAFile,
+		"SEARCHSYNC_SECURE_ADMIN_USER": s.AdminUser, "SEARCHSYNC_SECURE_ADMIN_PASSWORD": s.AdminPassword,
+		"SEARCHSYNC_SECURE_WRITER_USER": s.WriterUser, "SEARCHSYNC_SECURE_WRITER_PASSWORD": s.WriterPassword,
+		"SEARCHSYNC_SECURE_READONLY_USER": s.ReadOnlyUser, "SEARCHSYNC_SECURE_READONLY_PASSWORD": s.ReadOnlyPassword}
 }
 
 // TestEngineSecretsNeverShow runs the relay against the secured node with
