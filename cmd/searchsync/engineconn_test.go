@@ -215,7 +215,7 @@ func startRelayEnv(t *testing.T, cfgFile, addr string, env []string, logFile str
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == http.StatusOK
 	}, "relay never became ready")
 	return stop
 }

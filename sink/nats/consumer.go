@@ -52,14 +52,6 @@ var (
 	_ sink.Prober   = (*Consumer)(nil)
 )
 
-// New connects to the server, then creates or updates the stream
-// (cfg.CreateStream) or checks that it exists, covers every subject of the
-// template and de-duplicates over at least cfg.DuplicateWindow.
-//
-// A configuration that cannot work (bad template, missing stream, subjects not
-// covered, a window too short, retention mismatch, JetStream disabled) returns
-// a *ConfigError at once. An unreachable server is waited for with backoff
-// until ctx ends, as for every other service searchsync depends on.
 // shownURL is the server URL as reasons and logs name it: without user
 // information (nats://user:password@host).
 func shownURL(raw string) string {
@@ -71,6 +63,15 @@ func shownURL(raw string) string {
 	return u.String()
 }
 
+// New connects to the server, then creates or updates the stream
+// (cfg.CreateStream) or checks that it exists, covers every subject of the
+// template and de-duplicates over at least cfg.DuplicateWindow.
+//
+// A configuration that cannot work (bad template, missing stream, subjects not
+// covered, a window too short, retention mismatch, JetStream disabled) returns
+// a *ConfigError at once. An unreachable server is waited for with backoff
+// until ctx ends, as for every other service searchsync depends on.
+//
 // Zero fields of cfg take the defaults documented in config.Nats.
 func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger) (*Consumer, error) {
 	cfg.URL = cmp.Or(cfg.URL, natsgo.DefaultURL)
