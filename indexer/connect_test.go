@@ -139,6 +139,9 @@ func TestSecureTLS(t *testing.T) {
 	// presents its CA; a node that presents only its own certificate gets
 	// an error saying so, and its own fingerprint works.
 	chain := presented(t, url[0])
+	if len(chain) < 2 {
+		t.Errorf("the secured node presents %d certificate(s); scripts/opensearch-secure.sh has it present its CA too, as Elasticsearch 8 does", len(chain))
+	}
 	caFP := env["SEARCHSYNC_SECURE_CA_FINGERPRINT"]
 	leafFP := tlsconf.Fingerprint(chain[0])
 	for _, f := range []string{caFP, colonsUpper(caFP), leafFP, strings.ToLower(strings.ReplaceAll(leafFP, ":", ""))} {

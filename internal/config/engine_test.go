@@ -92,7 +92,7 @@ func TestEngineValidation(t *testing.T) {
 		{"aws", "  aws:\n    region: eu-west-1\n", nil, "aws_sigv4 (service es, region eu-west-1)"},
 		{"aws serverless", "  aws:\n    region: eu-west-1\n    service: aoss\n    role_arn: arn:aws:iam::123456789012:role/searchsync\n", nil, "aws_sigv4 (service aoss, region eu-west-1, role arn:aws:iam::123456789012:role/searchsync)"},
 		{"cloud id", "  kind: elasticsearch\n  cloud_id: " + cloud + "\n  api_key: \"abc:def\"\n", nil, "api_key (literal in the configuration)"},
-		{"two methods", "  username: u\n  password: p\n  api_key: \"a:b\"\n", []string{":4: engine: sets basic and api_key: choose one auth method"}, ""},
+		{"two methods", "  username: u\n  password: p\n  api_key: \"a:b\"\n", []string{":3: engine: sets basic and api_key: choose one auth method"}, ""},
 		{"username alone", "  username: u\n", []string{"engine.password: is required with engine.username"}, ""},
 		{"password alone", "  password: p\n", []string{"engine.username: is required with engine.password"}, ""},
 		{"missing env", "  bearer_token: env:ENGINE_TEST_NOT_SET_XYZ\n", []string{"engine.bearer_token: environment variable ENGINE_TEST_NOT_SET_XYZ is not set"}, ""},
