@@ -381,25 +381,10 @@ func (c *Config) applyEnv(getenv func(string) string) {
 func (c *Config) setDefaults() {
 	c.Database.Schema = cmp.Or(c.Database.Schema, "mdm")
 	c.Database.MaxConns = cmp.Or(c.Database.MaxConns, 10)
-	r := &c.Relay
-	r.Partitions = cmp.Or(r.Partitions, 32)
-	r.BatchSize = cmp.Or(r.BatchSize, 500)
-	r.InFlight = cmp.Or(r.InFlight, 2)
-	r.PollInterval = cmp.Or(r.PollInterval, time.Second)
-	r.LeaseTTL = cmp.Or(r.LeaseTTL, 15*time.Second)
-	r.MaxAttempts = cmp.Or(r.MaxAttempts, 10)
-	r.Backoff.Initial = cmp.Or(r.Backoff.Initial, time.Second)
-	r.Backoff.Max = cmp.Or(r.Backoff.Max, 10*time.Minute)
-	r.Backoff.Multiplier = cmp.Or(r.Backoff.Multiplier, 2)
-	r.Backoff.Jitter = cmp.Or(r.Backoff.Jitter, 0.2)
-	r.Pause.ProbeInitial = cmp.Or(r.Pause.ProbeInitial, time.Second)
-	r.Pause.ProbeMax = cmp.Or(r.Pause.ProbeMax, 3*time.Second)
+	c.setPackageDefaults() // relay and compaction: their packages own the defaults
 	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
-	c.Compaction.Retention = cmp.Or(c.Compaction.Retention, 240*time.Hour)
-	c.Compaction.Interval = cmp.Or(c.Compaction.Interval, time.Hour)
-	c.Compaction.BatchSize = cmp.Or(c.Compaction.BatchSize, 1000)
 	c.Engine.Kind = cmp.Or(c.Engine.Kind, "opensearch")
 	c.Engine.setDefaults()
 	for i := range c.Consumers {
@@ -437,32 +422,7 @@ func (c *Config) Validate() error {
 	if c.Database.MaxConns < 2 {
 		v.add("database.max_conns", "must be at least 2")
 	}
-	r := c.Relay
-	v.positive("relay.partitions", r.Partitions)
-	if r.Partitions > 4096 {
-		v.add("relay.partitions", "must be at most 4096")
-	}
-	v.positive("relay.batch_size", r.BatchSize)
-	v.positive("relay.in_flight", r.InFlight)
-	v.positiveDur("relay.poll_interval", r.PollInterval)
-	if r.LeaseTTL < time.Second {
-		v.add("relay.lease_ttl", "must be at least 1s")
-	}
-	v.positive("relay.max_attempts", r.MaxAttempts)
-	v.positiveDur("relay.backoff.initial", r.Backoff.Initial)
-	if r.Backoff.Max < r.Backoff.Initial {
-		v.add("relay.backoff.max", "must not be smaller than relay.backoff.initial")
-	}
-	if r.Backoff.Multiplier < 1 {
-		v.add("relay.backoff.multiplier", "must be at least 1")
-	}
-	if r.Backoff.Jitter < 0 || r.Backoff.Jitter >= 1 {
-		v.add("relay.backoff.jitter", "must be in [0, 1)")
-	}
-	v.positiveDur("relay.pause.probe_initial", r.Pause.ProbeInitial)
-	if r.Pause.ProbeMax < r.Pause.ProbeInitial {
-		v.add("relay.pause.probe_max", "must not be smaller than relay.pause.probe_initial")
-	}
+	c.validatePackages(v) // relay and compaction: their packages own the checks
 	if _, _, err := splitHostPort(c.HTTP.Listen); err != nil {
 		v.add("http.listen", err.Error())
 	}
@@ -476,10 +436,6 @@ func (c *Config) Validate() error {
 	default:
 		v.add("log.format", fmt.Sprintf("%q is not one of auto, text, json", c.Log.Format))
 	}
-	if c.Compaction.Retention < time.Minute {
-		v.add("compaction.retention", "must be at least 1m")
-	}
-	v.positive("compaction.batch_size", c.Compaction.BatchSize)
 	c.validateEngine(v)
 	names := map[string]bool{}
 	for i, cons := range c.Consumers {
