@@ -173,6 +173,15 @@ type Webhook struct {
 	TLS tlsconf.Config `yaml:"tls"`
 }
 
+// WithDefaults returns w with every zero field replaced by its default (the
+// one its comment gives). It is the one place of these defaults: Load and
+// webhook.New both call it.
+func (w Webhook) WithDefaults() Webhook {
+	w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
+	w.Concurrency = cmp.Or(w.Concurrency, 8)
+	return w
+}
+
 // Nats is a JetStream publisher.
 type Nats struct {
 	// URL of the NATS server. Default nats://127.0.0.1:4222. Env SEARCHSYNC_NATS_URL.
@@ -224,6 +233,19 @@ type Nats struct {
 	// TLS (as does a tls:// URL). Default: TLS only when the server asks for
 	// it, verified against the system's CAs.
 	TLS tlsconf.Config `yaml:"tls"`
+}
+
+// WithDefaults returns n with every zero field replaced by its default (the
+// one its comment gives). It is the one place of these defaults: Load and
+// the nats consumer's New both call it.
+func (n Nats) WithDefaults() Nats {
+	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
+	n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
+	n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
+	n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
+	n.Retention = cmp.Or(n.Retention, "limits")
+	n.MaxInFlight = cmp.Or(n.MaxInFlight, 256)
+	return n
 }
 
 // Nats auth methods, as AuthMethod names them.
@@ -389,16 +411,10 @@ func (c *Config) setDefaults() {
 	c.Engine.setDefaults()
 	for i := range c.Consumers {
 		if w := c.Consumers[i].Webhook; w != nil {
-			w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
-			w.Concurrency = cmp.Or(w.Concurrency, 8)
+			*w = w.WithDefaults()
 		}
 		if n := c.Consumers[i].Nats; n != nil {
-			n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-			n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
-			n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
-			n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
-			n.Retention = cmp.Or(n.Retention, "limits")
-			n.MaxInFlight = cmp.Or(n.MaxInFlight, 256)
+			*n = n.WithDefaults()
 		}
 	}
 }

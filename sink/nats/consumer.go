@@ -1,7 +1,6 @@
 package nats
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,14 +51,6 @@ var (
 	_ sink.Prober   = (*Consumer)(nil)
 )
 
-// New connects to the server, then creates or updates the stream
-// (cfg.CreateStream) or checks that it exists, covers every subject of the
-// template and de-duplicates over at least cfg.DuplicateWindow.
-//
-// A configuration that cannot work (bad template, missing stream, subjects not
-// covered, a window too short, retention mismatch, JetStream disabled) returns
-// a *ConfigError at once. An unreachable server is waited for with backoff
-// until ctx ends, as for every other service searchsync depends on.
 // shownURL is the server URL as reasons and logs name it: without user
 // information (nats://user:password@host).
 func shownURL(raw string) string {
@@ -71,14 +62,18 @@ func shownURL(raw string) string {
 	return u.String()
 }
 
-// Zero fields of cfg take the defaults documented in config.Nats.
+// New connects to the server, then creates or updates the stream
+// (cfg.CreateStream) or checks that it exists, covers every subject of the
+// template and de-duplicates over at least cfg.DuplicateWindow.
+//
+// A configuration that cannot work (bad template, missing stream, subjects not
+// covered, a window too short, retention mismatch, JetStream disabled) returns
+// a *ConfigError at once. An unreachable server is waited for with backoff
+// until ctx ends, as for every other service searchsync depends on.
+//
+// Zero fields of cfg take the defaults of config.Nats.WithDefaults.
 func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger) (*Consumer, error) {
-	cfg.URL = cmp.Or(cfg.URL, natsgo.DefaultURL)
-	cfg.Subject = cmp.Or(cfg.Subject, "outbox.{aggregate_type}.{event_type}")
-	cfg.DuplicateWindow = cmp.Or(cfg.DuplicateWindow, 2*time.Minute)
-	cfg.Timeout = cmp.Or(cfg.Timeout, 5*time.Second)
-	cfg.Retention = cmp.Or(cfg.Retention, "limits")
-	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 256)
+	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
