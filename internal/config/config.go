@@ -407,8 +407,7 @@ func (c *Config) setDefaults() {
 	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
-	c.Engine.Kind = cmp.Or(c.Engine.Kind, "opensearch")
-	c.Engine.setDefaults()
+	c.Engine = c.Engine.WithDefaults()
 	for i := range c.Consumers {
 		if w := c.Consumers[i].Webhook; w != nil {
 			*w = w.WithDefaults()
