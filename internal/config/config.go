@@ -1,7 +1,14 @@
-// Package config owns searchsync's configuration: one YAML file plus
-// environment overrides, with defaults filled in and every value validated at
-// start-up. A bad file stops start-up with an error that names the file, the key
-// (with its line) and the reason.
+// Package config owns searchsync's configuration file: one YAML file plus
+// environment overrides, mapped onto the Configs of the packages it sets up
+// and validated at start-up. A bad file stops start-up with an error that
+// names the file, the key (with its line) and the reason.
+//
+// Defaults have one place each. The relay and compaction sections are the
+// YAML form of relay.Config and compaction.Config, whose WithDefaults and
+// Validate give the defaults and bounds (packages.go maps them and points
+// their complaints at the key's line). Webhook, Nats and Engine are the
+// consumers' and the indexer's own Config types; their WithDefaults methods
+// here are called by Load and by the constructors alike.
 package config
 
 import (
@@ -63,7 +70,8 @@ type Database struct {
 	MaxConns int32 `yaml:"max_conns"`
 }
 
-// Relay tunes claiming and acknowledging.
+// Relay tunes claiming and acknowledging: the YAML form of relay.Config,
+// which owns the defaults and bounds repeated here (RelayConfig maps it).
 type Relay struct {
 	// Partitions spreads aggregates over this many partitions, each owned by
 	// one relay at a time. Default 32. Every relay of one database must agree.
@@ -128,7 +136,9 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
-// Compaction configures the outbox_compact job.
+// Compaction configures the outbox_compact job: the YAML form of
+// compaction.Config, which owns the defaults and bounds repeated here
+// (CompactionConfig maps it).
 type Compaction struct {
 	// Retention keeps dispatched events this long after dispatched_at.
 	// Default 240h (10 days, the spec's retention).
