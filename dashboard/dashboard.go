@@ -41,7 +41,23 @@ type Source struct {
 	Drift func() []string
 	// Partitions returns the partition owners.
 	Partitions func(ctx context.Context) ([]Partition, error)
-	Logger     *slog.Logger
+	// Engine is how the relay reaches the search engine (nil: no search
+	// consumer). It names the auth method, never a secret.
+	Engine *Engine
+	Logger *slog.Logger
+}
+
+// Engine describes the search engine connection: where, the auth method
+// (never its secret) and how the certificate is verified.
+type Engine struct {
+	Kind      string   `json:"kind"`
+	Addresses []string `json:"addresses"`
+	Auth      string   `json:"auth"`
+	TLS       string   `json:"tls"`
+	// InsecureSkipVerify is engine.tls.insecure_skip_verify; Warning says
+	// what it means.
+	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
+	Warning            string `json:"warning,omitempty"`
 }
 
 // State is the JSON document behind the page.
@@ -51,6 +67,7 @@ type State struct {
 	History    []lag.Point   `json:"history"`
 	Drift      []string      `json:"drift"`
 	Partitions []Partition   `json:"partitions"`
+	Engine     *Engine       `json:"engine,omitempty"`
 }
 
 // Handler serves the page at / and its data at /api/state.
@@ -59,7 +76,7 @@ func Handler(src Source) http.Handler {
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, r *http.Request) {
-		st := State{Instance: src.Instance, Snapshot: src.Sampler.Last(), History: src.Sampler.History(), Drift: []string{}}
+		st := State{Instance: src.Instance, Snapshot: src.Sampler.Last(), History: src.Sampler.History(), Drift: []string{}, Engine: src.Engine}
 		if src.Drift != nil {
 			st.Drift = append(st.Drift, src.Drift()...)
 		}

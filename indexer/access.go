@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/searchsync/searchsync/internal/config"
 )
 
 // pathReq is a bodiless request to a path the opensearchapi package has no
@@ -26,14 +28,20 @@ func (e *engine) explain(ee *EngineError) {
 		}
 	case http.StatusForbidden:
 		ee.Hint = forbiddenHint(e.kind, ee.Reason)
+		if e.conn != nil && e.conn.cfg.AuthMethod() == config.AuthAWS && !osDenied.MatchString(ee.Reason) && !esDenied.MatchString(ee.Reason) {
+			// AWS answers 403 to a signature it cannot match and to an
+			// IAM principal the access policy does not let in.
+			ee.Hint = "with SigV4 a 403 is a signature or access-policy refusal: check engine.aws.region, engine.aws.service, " +
+				"the credentials of the chain and the domain's (or collection's data access) policy for that principal"
+		}
 	}
 }
 
 var (
 	// OpenSearch: no permissions for [indices:admin/create] and User [name=reader, …]
-	osDenied = regexp.MustCompile(`no permissions for \[([^\]]+)\] and User \[name=([^,\]]+)`)
+	osDenied = regexp.MustCompile(`no permissions for \[(.+?)\] and User \[name=([^,\]]+)`)
 	// Elasticsearch: action [indices:admin/create] is unauthorized for user [reader] …
-	esDenied = regexp.MustCompile(`action \[([^\]]+)\] is unauthorized for (?:user|API key id) \[([^\]]+)\]`)
+	esDenied = regexp.MustCompile(`action \[(.+?)\] is unauthorized for (?:user|API key id) \[([^\]]+)\]`)
 	esOn     = regexp.MustCompile(`on indices \[([^\]]+)\]`)
 )
 

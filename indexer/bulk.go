@@ -466,7 +466,7 @@ func classify(op BulkOp, r BulkResult) (o delivery.Outcome, again bool) {
 	case r.ErrType == "index_not_found_exception":
 		return delivery.Unavailablef("index %s missing: %s (%s)", op.Index, engineSaid, what), false
 	case r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
-		return delivery.Unavailablef("not authorized to write %s: %s (%s)", op.Index, engineSaid, what), false
+		return delivery.Unavailablef("not authorized to write %s: %s (%s; %s)", op.Index, engineSaid, what, forbiddenHint("", r.ErrReason)), false
 	case r.Status == http.StatusTooManyRequests:
 		return delivery.Unavailablef("engine overloaded: %s (%s)", engineSaid, what), true
 	case r.ErrType == "unavailable_shards_exception":

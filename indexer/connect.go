@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -144,7 +145,7 @@ func awsSigner(ctx context.Context, a config.EngineAWS) (signer.Signer, error) {
 		ac.Credentials = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(ac), a.RoleARN,
 			func(o *stscreds.AssumeRoleOptions) { o.RoleSessionName = "searchsync" }))
 	}
-	s, err := awsv2.NewSignerWithService(ac, a.Service)
+	s, err := awsv2.NewSignerWithService(ac, cmp.Or(a.Service, "es"))
 	if err != nil {
 		return nil, &ConfigError{Key: "engine.aws.service", Err: err}
 	}

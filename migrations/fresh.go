@@ -34,7 +34,7 @@ func CreateFresh(ctx context.Context, db *sql.DB, schema string) error {
 	if err != nil {
 		return fmt.Errorf("migrations: create schema %q: %w", schema, err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 	ident := pgx.Identifier{schema}.Sanitize()
 	if _, err := tx.ExecContext(ctx, "CREATE SCHEMA "+ident+"; SET LOCAL search_path TO "+ident); err != nil {
 		return fmt.Errorf("migrations: create schema %q: %w", schema, err)

@@ -326,7 +326,11 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 		if ctx.Err() != nil {
 			// Interrupted (SIGINT/SIGTERM): leave the job running so that the
 			// next `searchsync reindex` resumes it once the heartbeat is stale.
-			r.saveProgress(context.WithoutCancel(ctx))
+			if serr := r.saveProgress(context.WithoutCancel(ctx)); serr != nil {
+				// The resume starts from the last progress saved, which is
+				// behind this one: safe, only slower.
+				r.log.Warn("reindex: could not save the progress of the interrupted job", "err", serr)
+			}
 			return
 		}
 		if ferr := r.fail(context.WithoutCancel(ctx), err, nil); ferr != nil {
@@ -478,7 +482,7 @@ func (r *Reindexer) finish(ctx context.Context, start time.Time, report *Report)
 	if err != nil {
 		return nil, fmt.Errorf("reindex: alias %s: %w", r.alias, err)
 	}
-	if !(len(targets) == 1 && targets[0] == r.target) {
+	if len(targets) != 1 || targets[0] != r.target {
 		if len(targets) != 1 || targets[0] != job.Params.Source {
 			return nil, fmt.Errorf("reindex: alias %s points to %v, not to %s as at the start; not swapping", r.alias, targets, job.Params.Source)
 		}

@@ -206,7 +206,7 @@ func (r *Reindexer) replayChunks(ctx context.Context, reads <-chan read, cache m
 			return rd.err
 		}
 		if w.gctx.Err() != nil {
-			return nil // a write failed: its error comes from w.g.Wait
+			return nil //nolint:nilerr // a write failed: its error comes from w.g.Wait
 		}
 		if r.slow > 0 {
 			_ = sleep(w.gctx, r.slow)

@@ -138,13 +138,16 @@ write_config() {
   local conf="$1/config" sec="$1/config/opensearch-security"
   mkdir -p "$sec"
   cp "$SECRETS/ca.pem" "$SECRETS/node.pem" "$SECRETS/node-key.pem" "$conf/"
+  # HTTP presents the chain (node certificate, then the CA) as Elasticsearch 8
+  # does, so that engine.tls.ca_fingerprint can pin the CA.
+  cat "$SECRETS/node.pem" "$SECRETS/ca.pem" >"$conf/node-chain.pem"
   cat >"$conf/opensearch.yml" <<YML
 plugins.security.ssl.transport.pemcert_filepath: node.pem
 plugins.security.ssl.transport.pemkey_filepath: node-key.pem
 plugins.security.ssl.transport.pemtrustedcas_filepath: ca.pem
 plugins.security.ssl.transport.enforce_hostname_verification: false
 plugins.security.ssl.http.enabled: true
-plugins.security.ssl.http.pemcert_filepath: node.pem
+plugins.security.ssl.http.pemcert_filepath: node-chain.pem
 plugins.security.ssl.http.pemkey_filepath: node-key.pem
 plugins.security.ssl.http.pemtrustedcas_filepath: ca.pem
 plugins.security.ssl.http.clientauth_mode: OPTIONAL

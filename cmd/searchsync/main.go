@@ -77,6 +77,7 @@ func (g *Globals) load(ctx context.Context, opts ...config.Option) (*env, error)
 	if err != nil {
 		return nil, err
 	}
+	logEngine(logger, cfg)
 	return &env{ctx: ctx, cfg: cfg, logger: logger}, nil
 }
 

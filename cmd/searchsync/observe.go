@@ -28,6 +28,7 @@ type observer struct {
 	metrics *metrics.Metrics
 	sampler *lag.Sampler
 	drift   func() []string
+	engine  *dashboard.Engine
 }
 
 func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {
@@ -36,7 +37,7 @@ func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *o
 	reader := lag.NewReader(pool, cfg.Database.Schema, cfg.Consumers, cfg.Routes)
 	sampler := lag.NewSampler(reader, lag.SamplerConfig{}, logger)
 	reg.MustRegister(lag.NewCollector(sampler))
-	return &observer{reg: reg, metrics: metrics.New(reg), sampler: sampler}
+	return &observer{reg: reg, metrics: metrics.New(reg), sampler: sampler, engine: engineInfo(cfg)}
 }
 
 // instrument wraps every consumer with metrics.
@@ -72,6 +73,7 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 		Sampler:    o.sampler,
 		Instance:   r.InstanceID(),
 		Drift:      o.drift,
+		Engine:     o.engine,
 		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) { return partitionOwners(ctx, pool, schema) },
 		Logger:     logger,
 	}))

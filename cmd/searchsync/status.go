@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/lag"
 )
@@ -31,7 +32,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	doc := statusDoc{Snapshot: s, Drift: []string{}}
+	doc := statusDoc{Snapshot: s, Drift: []string{}, Engine: engineInfo(e.cfg)}
 	drift, err := newDriftWatcher(e.cfg, e.logger)
 	if err != nil {
 		return err
@@ -43,6 +44,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		return printJSON(doc)
 	}
+	printEngine(os.Stdout, doc.Engine)
 	printStatus(os.Stdout, s)
 	for _, d := range doc.Drift {
 		fmt.Fprintln(os.Stdout, "\nDRIFT:", d)
@@ -55,6 +57,9 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 type statusDoc struct {
 	*lag.Snapshot
 	Drift []string `json:"drift"`
+	// Engine is how the search engine is reached (auth method, TLS), or
+	// absent without a search consumer.
+	Engine *dashboard.Engine `json:"engine,omitempty"`
 }
 
 func printStatus(out io.Writer, s *lag.Snapshot) {

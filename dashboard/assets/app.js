@@ -62,6 +62,10 @@ async function refresh() {
     return;
   }
   $("instance").textContent = st.instance ? "instance " + st.instance : "";
+  const eng = st.engine;
+  $("engine").textContent = eng ? "engine " + eng.kind + " " + (eng.addresses || []).join(", ") + " · auth " + eng.auth + " · TLS " + eng.tls : "";
+  $("engine-warning").hidden = !(eng && eng.warning);
+  $("engine-warning").textContent = eng && eng.warning ? eng.warning : "";
   const s = st.snapshot;
   if (!s) { $("updated").textContent = "waiting for the first sample…"; return; }
   $("updated").textContent = "updated " + new Date(s.at).toLocaleTimeString();

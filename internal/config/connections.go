@@ -79,7 +79,7 @@ func checkCreds(file string) error {
 		return fmt.Errorf("%s holds no user JWT (a file that `nsc generate creds` writes)", file)
 	}
 	if _, err := jwt.DecodeUserClaims(tok); err != nil {
-		return fmt.Errorf("%s holds no user JWT (a file that `nsc generate creds` writes): %v", file, err)
+		return fmt.Errorf("%s holds no user JWT (a file that `nsc generate creds` writes): %w", file, err)
 	}
 	kp, err := jwt.ParseDecoratedUserNKey(b)
 	if err != nil {

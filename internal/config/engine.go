@@ -132,6 +132,9 @@ func (e Engine) AuthSummary() string {
 		}
 		return s + ")"
 	}
+	if e.TLS.CertFile != "" {
+		return "client certificate (" + e.TLS.CertFile + ")"
+	}
 	return AuthNone
 }
 

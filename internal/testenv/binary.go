@@ -52,7 +52,7 @@ func buildBinary() (string, error) {
 	bin := filepath.Join(dir, "searchsync")
 	if _, err := os.Stat(bin); err == nil {
 		now := time.Now()
-		os.Chtimes(dir, now, now) // in use: keep it from the pruning below
+		_ = os.Chtimes(dir, now, now) // in use: keep it from the pruning below (best effort)
 		return bin, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -68,7 +68,7 @@ func buildBinary() (string, error) {
 	defer os.Remove(tmp.Name())
 	out, err := exec.Command("go", "build", "-o", tmp.Name(), binaryPackage).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("testenv: go build %s: %v\n%s", binaryPackage, err, out)
+		return "", fmt.Errorf("testenv: go build %s: %w\n%s", binaryPackage, err, out)
 	}
 	if err := os.Rename(tmp.Name(), bin); err != nil {
 		return "", fmt.Errorf("testenv: binary cache: %w", err)
@@ -101,7 +101,7 @@ func sourceHash(pkg string) (string, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("testenv: go list %s: %v\n%s", pkg, err, stderr.Bytes())
+		return "", fmt.Errorf("testenv: go list %s: %w\n%s", pkg, err, stderr.Bytes())
 	}
 	h := sha256.New()
 	fmt.Fprintln(h, runtime.Version(), runtime.GOOS, runtime.GOARCH)

@@ -171,6 +171,9 @@ type FingerprintError struct {
 }
 
 func (e *FingerprintError) Error() string {
+	if len(e.Presented) == 1 {
+		return fmt.Sprintf("the server presents only its own certificate (fingerprint %s), not its CA: pin that one, or set ca_file to the CA's PEM", e.Presented[0])
+	}
 	return fmt.Sprintf("no certificate the server presented has the configured fingerprint (presented: %s)", strings.Join(e.Presented, ", "))
 }
 

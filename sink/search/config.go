@@ -63,7 +63,8 @@ type Options struct {
 }
 
 // FromConfig builds the search consumer cc of cfg, creates its missing
-// indexes and aliases, and reports drift: logged as "reindex required" with
+// indexes and aliases, checks that the credentials may write and read them
+// (CheckAccess), and reports drift: logged as "reindex required" with
 // indexes.on_drift warn (the default), an error with fail.
 func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o Options) (*Consumer, error) {
 	if cc.Search == nil {
@@ -108,6 +109,9 @@ func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o O
 	sts, err := c.EnsureIndexes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("search consumer %s: %w", cc.Name, err)
+	}
+	if err := c.CheckAccess(ctx); err != nil {
+		return nil, err
 	}
 	if cfg.Indexes.OnDrift == "fail" {
 		for _, st := range sts {

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -89,7 +90,7 @@ func getRow(t *testing.T, db *testenv.DB, id int64) eventRow {
 	var r eventRow
 	err := db.Pool.QueryRow(context.Background(), `SELECT status::text, attempts, last_error FROM aa_outbox_event WHERE id = $1`, id).
 		Scan(&r.Status, &r.Attempts, &r.LastError)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return eventRow{Status: "deleted"}
 	}
 	if err != nil {

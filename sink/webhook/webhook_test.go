@@ -112,7 +112,7 @@ func newReceiver(t *testing.T, respond func(w http.ResponseWriter, r request)) *
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			http.Error(w, err.Error(), 500)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		req := request{header: r.Header.Clone(), body: body}
@@ -323,7 +323,7 @@ func TestConcurrencyBound(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		inflight.Add(-1)
-		w.WriteHeader(200)
+		w.WriteHeader(http.StatusOK)
 	})
 	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = limit })
 	var wg sync.WaitGroup
@@ -369,10 +369,10 @@ func TestOrderPerAggregate(t *testing.T) {
 		busy[agg] = false
 		mu.Unlock()
 		if agg == failing && strings.Contains(string(r.msg.Payload), `"seq":3`) {
-			w.WriteHeader(500) // the event's own failure: the batch goes on
+			w.WriteHeader(http.StatusInternalServerError) // the event's own failure: the batch goes on
 			return
 		}
-		w.WriteHeader(200)
+		w.WriteHeader(http.StatusOK)
 	})
 	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = 4 })
 	out := c.Deliver(t.Context(), evs)

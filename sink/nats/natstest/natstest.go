@@ -210,13 +210,13 @@ func (s *Server) signal(sig syscall.Signal) {
 	if s.cmd == nil {
 		return
 	}
-	s.cmd.Process.Signal(sig)
+	_ = s.cmd.Process.Signal(sig) // an exited process is what we want
 	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
+	go func() { _ = s.cmd.Wait(); close(done) }() // a signalled exit is an error by design
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):
-		s.cmd.Process.Kill()
+		_ = s.cmd.Process.Kill()
 		<-done
 	}
 	s.cmd = nil
