@@ -15,8 +15,8 @@ import (
 // is built.
 
 // RelayConfig is the relay section (and database.schema) as a relay.Config,
-// without routes (they need the built consumers) and without defaults (New
-// fills them).
+// without routes (they need the built consumers). After Load its values are
+// the effective ones; relay.New would fill the same defaults anyway.
 func (c *Config) RelayConfig() relay.Config {
 	r := c.Relay
 	return relay.Config{
@@ -33,7 +33,8 @@ func (c *Config) RelayConfig() relay.Config {
 }
 
 // CompactionConfig is the compaction section (and database.schema) as a
-// compaction.Config, without defaults (compaction.New fills them).
+// compaction.Config. After Load its values are the effective ones;
+// compaction.New would fill the same defaults anyway.
 func (c *Config) CompactionConfig() compaction.Config {
 	return compaction.Config{
 		Schema:    c.Database.Schema,
@@ -65,16 +66,16 @@ func (c *Config) setPackageDefaults() {
 // each complaint at its key (relay.backoff.max) and line.
 func (c *Config) validatePackages(v *validator) {
 	if err := c.RelayConfig().WithDefaults().Validate(); err != nil {
-		c.addPackageErrors(v, "relay", err)
+		addPackageErrors(v, "relay", err)
 	}
 	if err := c.CompactionConfig().WithDefaults().Validate(); err != nil {
-		c.addPackageErrors(v, "compaction", err)
+		addPackageErrors(v, "compaction", err)
 	}
 }
 
 // addPackageErrors adds the *relay.ConfigError and *compaction.ConfigError
 // of err under section.
-func (c *Config) addPackageErrors(v *validator, section string, err error) {
+func addPackageErrors(v *validator, section string, err error) {
 	for _, err := range unjoin(err) {
 		if ce, ok := errors.AsType[*relay.ConfigError](err); ok {
 			v.add(section+"."+ce.Key, ce.Reason)
