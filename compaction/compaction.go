@@ -62,10 +62,10 @@ type DB interface {
 type Config struct {
 	// Schema holds the outbox and aa_job. Default "mdm".
 	Schema string
-	// Retention keeps dispatched events this long after dispatched_at.
-	// Default 240h (10 days).
+	// Retention keeps dispatched events this long after dispatched_at; at
+	// least 1m. Default 240h (10 days).
 	Retention time.Duration
-	// BatchSize is the most rows one DELETE removes. Default 1000.
+	// BatchSize is the most rows one DELETE removes; positive. Default 1000.
 	BatchSize int
 	// Interval between scheduled runs (Scheduler). Default 1h; negative
 	// disables the schedule.
@@ -91,24 +91,55 @@ type Compactor struct {
 	beforeBatch func(ctx context.Context, batch int)
 }
 
-// New returns a compactor on db. It fails when a value of cfg is out of range.
+// WithDefaults returns c with every zero tunable replaced by its default (the
+// one its field's comment gives); Owner and Logger are left as they are (New
+// fills them). New calls it; internal/config calls it to know and show the
+// effective values of a file.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, "mdm")
+	c.Retention = cmp.Or(c.Retention, 240*time.Hour)
+	c.BatchSize = cmp.Or(c.BatchSize, 1000)
+	c.Interval = cmp.Or(c.Interval, time.Hour)
+	c.StaleAfter = cmp.Or(c.StaleAfter, 5*time.Minute)
+	return c
+}
+
+// ConfigError is one invalid value of a Config. Key is the setting's name
+// as the configuration file spells it under compaction: ("batch_size"), so
+// that internal/config can point at the key's line.
+type ConfigError struct {
+	Key    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "compaction: " + e.Key + ": " + e.Reason }
+
+// Validate checks c as New would use it (after WithDefaults) and reports
+// every invalid value as a *ConfigError, joined.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Retention < time.Minute {
+		errs = append(errs, &ConfigError{Key: "retention", Reason: "must be at least 1m"})
+	}
+	if c.BatchSize < 1 {
+		errs = append(errs, &ConfigError{Key: "batch_size", Reason: "must be positive"})
+	}
+	if c.StaleAfter < 0 {
+		errs = append(errs, &ConfigError{Key: "stale_after", Reason: "must not be negative"})
+	}
+	return errors.Join(errs...)
+}
+
+// New returns a compactor on db. It fails when a value of cfg is out of range
+// (Validate).
 func New(db DB, cfg Config) (*Compactor, error) {
-	cfg.Schema = cmp.Or(cfg.Schema, "mdm")
-	cfg.Retention = cmp.Or(cfg.Retention, 240*time.Hour)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
-	cfg.Interval = cmp.Or(cfg.Interval, time.Hour)
-	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, 5*time.Minute)
+	cfg = cfg.WithDefaults()
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
 		cfg.Owner = fmt.Sprintf("%s-%d", cmp.Or(host, "searchsync"), os.Getpid())
 	}
-	switch {
-	case cfg.Retention < 0:
-		return nil, fmt.Errorf("compaction: retention %s must be positive", cfg.Retention)
-	case cfg.BatchSize < 1:
-		return nil, fmt.Errorf("compaction: batch_size %d must be positive", cfg.BatchSize)
-	case cfg.StaleAfter < 0:
-		return nil, fmt.Errorf("compaction: stale_after %s must be positive", cfg.StaleAfter)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	logger := cfg.Logger
 	if logger == nil {

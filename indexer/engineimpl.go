@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +21,8 @@ import (
 // (per item, with backoff) and to the relay (per event), so that a failure is
 // reported once, promptly, and with what the engine said.
 func New(cfg config.Engine, hc *http.Client) (Engine, error) {
-	switch strings.ToLower(cmp.Or(cfg.Kind, "opensearch")) {
+	cfg = cfg.WithDefaults()
+	switch strings.ToLower(cfg.Kind) {
 	case "opensearch":
 		return NewOpenSearch(cfg, hc)
 	case "elasticsearch":

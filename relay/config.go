@@ -11,7 +11,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/sink"
 )
 
@@ -19,7 +18,8 @@ import (
 type Config struct {
 	// Schema holds the outbox and the relay's tables. Default "mdm".
 	Schema string
-	// Partitions spreads aggregates over this many partitions. Default 32.
+	// Partitions spreads aggregates over this many partitions, 1 to 4096.
+	// Default 32.
 	// Every relay of one database must use the same number.
 	Partitions int
 	// BatchSize is the most events claimed at once. Default 500.
@@ -33,17 +33,17 @@ type Config struct {
 	// PollInterval is the fallback wake-up when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration
 	// LeaseTTL is how long a lease lives without renewal; leases are renewed
-	// every LeaseTTL/3. Default 15s.
+	// every LeaseTTL/3. At least 1s. Default 15s.
 	LeaseTTL time.Duration
 	// MaxAttempts is the number of failed deliveries after which an event
 	// becomes failed. Default 10.
 	MaxAttempts int
 	// Backoff moves available_at after a retry. Defaults: initial 1s, max 10m,
 	// multiplier 2, jitter 0.2.
-	Backoff config.Backoff
+	Backoff Backoff
 	// Pause is how a paused consumer is probed (see docs/consumers.md).
 	// Defaults: first probe after 1s, doubling, at most 3s apart.
-	Pause config.Pause
+	Pause Pause
 	// ShutdownGrace bounds how long a stop waits for the batch in flight
 	// before it abandons it (its events are delivered again later). Default 10s.
 	ShutdownGrace time.Duration
@@ -66,36 +66,35 @@ type Route struct {
 	Match func(eventType, aggregateType string) bool
 }
 
-// FromConfig turns the relay section, the schema and the routes of a loaded
-// configuration into a Config. consumers maps configured consumer names to
-// built consumers; a route that names a consumer that is not there is an
-// error.
-func FromConfig(c *config.Config, consumers map[string]sink.Consumer, logger *slog.Logger) (Config, error) {
-	rc := Config{
-		Schema:       c.Database.Schema,
-		Partitions:   c.Relay.Partitions,
-		BatchSize:    c.Relay.BatchSize,
-		InFlight:     c.Relay.InFlight,
-		PollInterval: c.Relay.PollInterval,
-		LeaseTTL:     c.Relay.LeaseTTL,
-		MaxAttempts:  c.Relay.MaxAttempts,
-		Backoff:      c.Relay.Backoff,
-		Pause:        c.Relay.Pause,
-		Logger:       logger,
-	}
-	var errs []error
-	for i, r := range c.Routes {
-		cons, ok := consumers[r.Consumer]
-		if !ok {
-			errs = append(errs, fmt.Errorf("relay: routes[%d]: unknown consumer %q", i, r.Consumer))
-			continue
-		}
-		rc.Routes = append(rc.Routes, Route{Consumer: cons, Match: r.Matches})
-	}
-	return rc, errors.Join(errs...)
+// Backoff moves available_at after a failed delivery: exponential with jitter
+// and a cap. The zero value of every field means its default.
+type Backoff struct {
+	// Initial is the first delay. Default 1s.
+	Initial time.Duration
+	// Max caps each delay; not smaller than Initial. Default 10m.
+	Max time.Duration
+	// Multiplier grows the delay per attempt; at least 1. Default 2.
+	Multiplier float64
+	// Jitter is the randomization factor in [0,1). Default 0.2.
+	Jitter float64
 }
 
-func (c *Config) setDefaults() {
+// Pause is the probing of a paused consumer: the first probe after
+// ProbeInitial, each next one twice as late, never later than ProbeMax. The
+// zero value of every field means its default.
+type Pause struct {
+	// ProbeInitial is the delay before the first probe. Default 1s.
+	ProbeInitial time.Duration
+	// ProbeMax caps the delay between probes, so a consumer resumes at most
+	// this long after it came back; not smaller than ProbeInitial. Default 3s.
+	ProbeMax time.Duration
+}
+
+// WithDefaults returns c with every zero tunable replaced by its default (the
+// one its field's comment gives). InstanceID and Logger are left as they are:
+// New fills them. New calls it; internal/config calls it to know and show the
+// effective values of a file.
+func (c Config) WithDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, "mdm")
 	c.Partitions = cmp.Or(c.Partitions, 32)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
@@ -110,6 +109,11 @@ func (c *Config) setDefaults() {
 	c.Pause.ProbeInitial = cmp.Or(c.Pause.ProbeInitial, time.Second)
 	c.Pause.ProbeMax = cmp.Or(c.Pause.ProbeMax, 3*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
+	return c
+}
+
+func (c *Config) setDefaults() {
+	*c = c.WithDefaults()
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
 		c.InstanceID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "relay"), os.Getpid(), uuid.NewString()[:8])
@@ -119,36 +123,60 @@ func (c *Config) setDefaults() {
 	}
 }
 
-func (c *Config) validate() error {
+// ConfigError is one invalid value of a Config. Key is the setting's name
+// as the configuration file spells it under relay: ("backoff.max"), so that
+// internal/config can point at the key's line.
+type ConfigError struct {
+	Key    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "relay: " + e.Key + ": " + e.Reason }
+
+// Validate checks c as New would use it (after WithDefaults) and reports
+// every invalid value as a *ConfigError, joined.
+func (c Config) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("relay: "+format, args...)) }
-	if c.Partitions < 1 || c.Partitions > 4096 {
-		bad("partitions %d: must be in [1, 4096]", c.Partitions)
+	bad := func(key, reason string) { errs = append(errs, &ConfigError{Key: key, Reason: reason}) }
+	positive := func(key string, n int) {
+		if n <= 0 {
+			bad(key, "must be positive")
+		}
 	}
-	if c.InFlight < 1 {
-		bad("in_flight %d: must be positive", c.InFlight)
+	positiveDur := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "must be a positive duration such as 500ms or 10s")
+		}
 	}
-	if c.BatchSize < 1 {
-		bad("batch_size %d: must be positive", c.BatchSize)
+	positive("partitions", c.Partitions)
+	if c.Partitions > 4096 {
+		bad("partitions", "must be at most 4096")
 	}
-	if c.PollInterval <= 0 {
-		bad("poll_interval %s: must be positive", c.PollInterval)
+	positive("batch_size", c.BatchSize)
+	positive("in_flight", c.InFlight)
+	positiveDur("poll_interval", c.PollInterval)
+	if c.LeaseTTL < time.Second {
+		bad("lease_ttl", "must be at least 1s")
 	}
-	if c.LeaseTTL < 300*time.Millisecond {
-		bad("lease_ttl %s: must be at least 300ms", c.LeaseTTL)
+	positive("max_attempts", c.MaxAttempts)
+	positiveDur("backoff.initial", c.Backoff.Initial)
+	if c.Backoff.Max < c.Backoff.Initial {
+		bad("backoff.max", "must not be smaller than relay.backoff.initial")
 	}
-	if c.MaxAttempts < 1 {
-		bad("max_attempts %d: must be positive", c.MaxAttempts)
+	if c.Backoff.Multiplier < 1 {
+		bad("backoff.multiplier", "must be at least 1")
 	}
-	if c.Backoff.Max < c.Backoff.Initial || c.Backoff.Multiplier < 1 || c.Backoff.Jitter < 0 || c.Backoff.Jitter >= 1 {
-		bad("backoff %+v: need max >= initial, multiplier >= 1, jitter in [0,1)", c.Backoff)
+	if c.Backoff.Jitter < 0 || c.Backoff.Jitter >= 1 {
+		bad("backoff.jitter", "must be in [0, 1)")
 	}
-	if c.Pause.ProbeInitial <= 0 || c.Pause.ProbeMax < c.Pause.ProbeInitial {
-		bad("pause %+v: need probe_initial > 0 and probe_max >= probe_initial", c.Pause)
+	positiveDur("pause.probe_initial", c.Pause.ProbeInitial)
+	if c.Pause.ProbeMax < c.Pause.ProbeInitial {
+		bad("pause.probe_max", "must not be smaller than relay.pause.probe_initial")
 	}
+	positiveDur("shutdown_grace", c.ShutdownGrace)
 	for i, r := range c.Routes {
 		if r.Consumer == nil {
-			bad("routes[%d]: no consumer", i)
+			bad(fmt.Sprintf("routes[%d]", i), "no consumer")
 		}
 	}
 	return errors.Join(errs...)
@@ -157,7 +185,7 @@ func (c *Config) validate() error {
 // backoffDelay is the delay before the next try of an event that has now
 // failed attempts times (attempts >= 1): exponential from Initial by
 // Multiplier, capped at Max, randomised by Jitter (cenkalti/backoff).
-func backoffDelay(b config.Backoff, attempts int) time.Duration {
+func backoffDelay(b Backoff, attempts int) time.Duration {
 	eb := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(b.Initial),
 		backoff.WithMaxInterval(b.Max),

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
@@ -85,8 +84,8 @@ func scalar[T any](t testing.TB, db *testenv.DB, q string, args ...any) T {
 func outageConfig() relay.Config {
 	cfg := fast()
 	cfg.MaxAttempts = 3
-	cfg.Backoff = config.Backoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2}
-	cfg.Pause = config.Pause{ProbeInitial: 100 * time.Millisecond, ProbeMax: time.Second}
+	cfg.Backoff = relay.Backoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2}
+	cfg.Pause = relay.Pause{ProbeInitial: 100 * time.Millisecond, ProbeMax: time.Second}
 	return cfg
 }
 

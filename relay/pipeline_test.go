@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
@@ -126,7 +125,7 @@ func TestPipelinedBatchesKeepTheOrderThroughRetries(t *testing.T) {
 	// Longer than the test waits: a relay that forgets a due retry, or
 	// takes a short claim beside a delivery for a drained outbox, fails it.
 	cfg.PollInterval = time.Minute
-	cfg.Backoff = config.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Multiplier: 2}
+	cfg.Backoff = relay.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Multiplier: 2}
 	cfg.Routes = []relay.Route{{Consumer: c}}
 	cfg.OnBatch = func(bs relay.BatchStats) {
 		if bs.Pipelined {

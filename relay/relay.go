@@ -49,7 +49,7 @@ const maxDues = 1024
 // not matter: every statement names the schema).
 func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize), wake: make(chan struct{}, 1)}

@@ -41,8 +41,8 @@ func TestRetryAfterOfTheEndpointIsHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := fast()
-	cfg.Backoff = config.Backoff{Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.1}
-	cfg.Pause = config.Pause{ProbeInitial: 100 * time.Millisecond, ProbeMax: 200 * time.Millisecond}
+	cfg.Backoff = relay.Backoff{Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.1}
+	cfg.Pause = relay.Pause{ProbeInitial: 100 * time.Millisecond, ProbeMax: 200 * time.Millisecond}
 	cfg.Routes = []relay.Route{{Consumer: hook}}
 	start(t, db, cfg)
 	agg := uuid.New()

@@ -68,11 +68,7 @@ func (c *CompactCmd) Run(ctx context.Context, g *Globals) error {
 // compactionConfig is the compactor's configuration from the file; `run`
 // uses it for the scheduler as well.
 func compactionConfig(e *env) compaction.Config {
-	return compaction.Config{
-		Schema:    e.cfg.Database.Schema,
-		Retention: e.cfg.Compaction.Retention,
-		BatchSize: e.cfg.Compaction.BatchSize,
-		Interval:  e.cfg.Compaction.Interval,
-		Logger:    e.logger,
-	}
+	cc := e.cfg.CompactionConfig()
+	cc.Logger = e.logger
+	return cc
 }

@@ -92,7 +92,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		return err
 	}
 	obs.instrument(cfg, consumers)
-	rcfg, err := relay.FromConfig(cfg, consumers, logger)
+	rcfg, err := relayConfig(cfg, consumers, logger)
 	if err != nil {
 		return err
 	}
@@ -269,4 +269,23 @@ func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consum
 		case <-time.After(wait):
 		}
 	}
+}
+
+// relayConfig is the relay's configuration from the file: the relay section
+// (config.RelayConfig) and the routes, each to its built consumer (consumers
+// maps configured names to them; a route to a name that is not there is an
+// error).
+func relayConfig(c *config.Config, consumers map[string]sink.Consumer, logger *slog.Logger) (relay.Config, error) {
+	rc := c.RelayConfig()
+	rc.Logger = logger
+	var errs []error
+	for i, r := range c.Routes {
+		cons, ok := consumers[r.Consumer]
+		if !ok {
+			errs = append(errs, fmt.Errorf("relay: routes[%d]: unknown consumer %q", i, r.Consumer))
+			continue
+		}
+		rc.Routes = append(rc.Routes, relay.Route{Consumer: cons, Match: r.Matches})
+	}
+	return rc, errors.Join(errs...)
 }

@@ -1,7 +1,14 @@
-// Package config owns searchsync's configuration: one YAML file plus
-// environment overrides, with defaults filled in and every value validated at
-// start-up. A bad file stops start-up with an error that names the file, the key
-// (with its line) and the reason.
+// Package config owns searchsync's configuration file: one YAML file plus
+// environment overrides, mapped onto the Configs of the packages it sets up
+// and validated at start-up. A bad file stops start-up with an error that
+// names the file, the key (with its line) and the reason.
+//
+// Defaults have one place each. The relay and compaction sections are the
+// YAML form of relay.Config and compaction.Config, whose WithDefaults and
+// Validate give the defaults and bounds (packages.go maps them and points
+// their complaints at the key's line). Webhook, Nats and Engine are the
+// consumers' and the indexer's own Config types; their WithDefaults methods
+// here are called by Load and by the constructors alike.
 package config
 
 import (
@@ -63,7 +70,8 @@ type Database struct {
 	MaxConns int32 `yaml:"max_conns"`
 }
 
-// Relay tunes claiming and acknowledging.
+// Relay tunes claiming and acknowledging: the YAML form of relay.Config,
+// which owns the defaults and bounds repeated here (RelayConfig maps it).
 type Relay struct {
 	// Partitions spreads aggregates over this many partitions, each owned by
 	// one relay at a time. Default 32. Every relay of one database must agree.
@@ -128,7 +136,9 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
-// Compaction configures the outbox_compact job.
+// Compaction configures the outbox_compact job: the YAML form of
+// compaction.Config, which owns the defaults and bounds repeated here
+// (CompactionConfig maps it).
 type Compaction struct {
 	// Retention keeps dispatched events this long after dispatched_at.
 	// Default 240h (10 days, the spec's retention).
@@ -171,6 +181,15 @@ type Webhook struct {
 	// certificate searchsync presents (mTLS endpoints); for https:// URLs.
 	// Default: the system's CAs, no client certificate.
 	TLS tlsconf.Config `yaml:"tls"`
+}
+
+// WithDefaults returns w with every zero field replaced by its default (the
+// one its comment gives). It is the one place of these defaults: Load and
+// webhook.New both call it.
+func (w Webhook) WithDefaults() Webhook {
+	w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
+	w.Concurrency = cmp.Or(w.Concurrency, 8)
+	return w
 }
 
 // Nats is a JetStream publisher.
@@ -224,6 +243,19 @@ type Nats struct {
 	// TLS (as does a tls:// URL). Default: TLS only when the server asks for
 	// it, verified against the system's CAs.
 	TLS tlsconf.Config `yaml:"tls"`
+}
+
+// WithDefaults returns n with every zero field replaced by its default (the
+// one its comment gives). It is the one place of these defaults: Load and
+// the nats consumer's New both call it.
+func (n Nats) WithDefaults() Nats {
+	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
+	n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
+	n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
+	n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
+	n.Retention = cmp.Or(n.Retention, "limits")
+	n.MaxInFlight = cmp.Or(n.MaxInFlight, 256)
+	return n
 }
 
 // Nats auth methods, as AuthMethod names them.
@@ -381,39 +413,17 @@ func (c *Config) applyEnv(getenv func(string) string) {
 func (c *Config) setDefaults() {
 	c.Database.Schema = cmp.Or(c.Database.Schema, "mdm")
 	c.Database.MaxConns = cmp.Or(c.Database.MaxConns, 10)
-	r := &c.Relay
-	r.Partitions = cmp.Or(r.Partitions, 32)
-	r.BatchSize = cmp.Or(r.BatchSize, 500)
-	r.InFlight = cmp.Or(r.InFlight, 2)
-	r.PollInterval = cmp.Or(r.PollInterval, time.Second)
-	r.LeaseTTL = cmp.Or(r.LeaseTTL, 15*time.Second)
-	r.MaxAttempts = cmp.Or(r.MaxAttempts, 10)
-	r.Backoff.Initial = cmp.Or(r.Backoff.Initial, time.Second)
-	r.Backoff.Max = cmp.Or(r.Backoff.Max, 10*time.Minute)
-	r.Backoff.Multiplier = cmp.Or(r.Backoff.Multiplier, 2)
-	r.Backoff.Jitter = cmp.Or(r.Backoff.Jitter, 0.2)
-	r.Pause.ProbeInitial = cmp.Or(r.Pause.ProbeInitial, time.Second)
-	r.Pause.ProbeMax = cmp.Or(r.Pause.ProbeMax, 3*time.Second)
+	c.setPackageDefaults() // relay and compaction: their packages own the defaults
 	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
-	c.Compaction.Retention = cmp.Or(c.Compaction.Retention, 240*time.Hour)
-	c.Compaction.Interval = cmp.Or(c.Compaction.Interval, time.Hour)
-	c.Compaction.BatchSize = cmp.Or(c.Compaction.BatchSize, 1000)
-	c.Engine.Kind = cmp.Or(c.Engine.Kind, "opensearch")
-	c.Engine.setDefaults()
+	c.Engine = c.Engine.WithDefaults()
 	for i := range c.Consumers {
 		if w := c.Consumers[i].Webhook; w != nil {
-			w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
-			w.Concurrency = cmp.Or(w.Concurrency, 8)
+			*w = w.WithDefaults()
 		}
 		if n := c.Consumers[i].Nats; n != nil {
-			n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-			n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
-			n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
-			n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
-			n.Retention = cmp.Or(n.Retention, "limits")
-			n.MaxInFlight = cmp.Or(n.MaxInFlight, 256)
+			*n = n.WithDefaults()
 		}
 	}
 }
@@ -437,32 +447,7 @@ func (c *Config) Validate() error {
 	if c.Database.MaxConns < 2 {
 		v.add("database.max_conns", "must be at least 2")
 	}
-	r := c.Relay
-	v.positive("relay.partitions", r.Partitions)
-	if r.Partitions > 4096 {
-		v.add("relay.partitions", "must be at most 4096")
-	}
-	v.positive("relay.batch_size", r.BatchSize)
-	v.positive("relay.in_flight", r.InFlight)
-	v.positiveDur("relay.poll_interval", r.PollInterval)
-	if r.LeaseTTL < time.Second {
-		v.add("relay.lease_ttl", "must be at least 1s")
-	}
-	v.positive("relay.max_attempts", r.MaxAttempts)
-	v.positiveDur("relay.backoff.initial", r.Backoff.Initial)
-	if r.Backoff.Max < r.Backoff.Initial {
-		v.add("relay.backoff.max", "must not be smaller than relay.backoff.initial")
-	}
-	if r.Backoff.Multiplier < 1 {
-		v.add("relay.backoff.multiplier", "must be at least 1")
-	}
-	if r.Backoff.Jitter < 0 || r.Backoff.Jitter >= 1 {
-		v.add("relay.backoff.jitter", "must be in [0, 1)")
-	}
-	v.positiveDur("relay.pause.probe_initial", r.Pause.ProbeInitial)
-	if r.Pause.ProbeMax < r.Pause.ProbeInitial {
-		v.add("relay.pause.probe_max", "must not be smaller than relay.pause.probe_initial")
-	}
+	c.validatePackages(v) // relay and compaction: their packages own the checks
 	if _, _, err := splitHostPort(c.HTTP.Listen); err != nil {
 		v.add("http.listen", err.Error())
 	}
@@ -476,10 +461,6 @@ func (c *Config) Validate() error {
 	default:
 		v.add("log.format", fmt.Sprintf("%q is not one of auto, text, json", c.Log.Format))
 	}
-	if c.Compaction.Retention < time.Minute {
-		v.add("compaction.retention", "must be at least 1m")
-	}
-	v.positive("compaction.batch_size", c.Compaction.BatchSize)
 	c.validateEngine(v)
 	names := map[string]bool{}
 	for i, cons := range c.Consumers {

@@ -37,6 +37,11 @@ func TestParseFillsDefaults(t *testing.T) {
 		c.Consumers[0].Webhook.Timeout != 10*time.Second || c.Engine.URLs[0] != "http://127.0.0.1:9200" {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
+	// The relay's and compactor's defaults come from their packages.
+	if r := c.Relay; r.Partitions != 32 || r.InFlight != 2 || r.LeaseTTL != 15*time.Second || r.Pause.ProbeMax != 3*time.Second ||
+		r.Backoff.Jitter != 0.2 || c.Compaction.Interval != time.Hour || c.Compaction.BatchSize != 1000 {
+		t.Fatalf("package defaults not applied: %+v %+v", c.Relay, c.Compaction)
+	}
 	if !c.Routes[0].Matches("entity.customer.updated", "DDM_ENTITY") || c.Routes[0].Matches("entity.order.updated", "DDM_ENTITY") {
 		t.Fatal("route matching")
 	}
@@ -49,6 +54,10 @@ func TestBadConfigurationNamesFileKeyLineAndReason(t *testing.T) {
 		{"unknown consumer in route", good + "  - consumer: nope\n", `bad.yaml:17: routes[1].consumer: names unknown consumer "nope"`},
 		{"bad url", strings.Replace(good, "http://127.0.0.1:9999/hook", "ftp:/x", 1), `bad.yaml:12: consumers[0].webhook.url: "ftp:/x" is not an absolute http(s) URL`},
 		{"negative batch", strings.Replace(good, "batch_size: 200", "batch_size: -1", 1), `bad.yaml:5: relay.batch_size: must be positive`},
+		// Checks relay.Config and compaction.Config own, pointed at the key's line.
+		{"backoff max below initial", strings.Replace(good, "initial: 500ms", "initial: 500ms\n    max: 100ms", 1), `bad.yaml:8: relay.backoff.max: must not be smaller than relay.backoff.initial`},
+		{"probe max below default initial", strings.Replace(good, "batch_size: 200", "batch_size: 200\n  pause: {probe_max: 500ms}", 1), `bad.yaml:6: relay.pause.probe_max: must not be smaller than relay.pause.probe_initial`},
+		{"short retention", good + "compaction: {retention: 30s}\n", `bad.yaml:17: compaction.retention: must be at least 1m`},
 		{"unknown key", good + "bogus: 1\n", `bad.yaml:17: bogus: unknown field "bogus"`},
 		{"unknown nested key", strings.Replace(good, "batch_size: 200", "batch_size: 200\n  bogus: 1", 1), `bad.yaml:6: relay.bogus: unknown field "bogus"`},
 		{"wrong type", strings.Replace(good, "batch_size: 200", "batch_size: many", 1), "bad.yaml:5: relay.batch_size: cannot unmarshal !!str `many` into int"},

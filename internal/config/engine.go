@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -154,9 +155,7 @@ func (e Engine) Addresses() ([]string, error) {
 		}
 		return []string{u}, nil
 	}
-	if len(e.URLs) == 0 {
-		return []string{"http://127.0.0.1:9200"}, nil
-	}
+	e = e.WithDefaults()
 	out := make([]string, len(e.URLs))
 	for i, u := range e.URLs {
 		out[i] = strings.TrimRight(u, "/")
@@ -209,13 +208,20 @@ func cutPort(s string) (string, string, bool) {
 	return s[:i], s[i+1:], true
 }
 
-func (e *Engine) setDefaults() {
+// WithDefaults returns e with every zero field replaced by its default (the
+// one its comment gives). It is the one place of these defaults: Load and
+// indexer.New both call it.
+func (e Engine) WithDefaults() Engine {
+	e.Kind = cmp.Or(e.Kind, "opensearch")
 	if len(e.URLs) == 0 && e.CloudID == "" {
 		e.URLs = []string{"http://127.0.0.1:9200"}
 	}
 	if e.AWS != nil && e.AWS.Service == "" {
-		e.AWS.Service = "es"
+		a := *e.AWS // not the caller's
+		a.Service = "es"
+		e.AWS = &a
 	}
+	return e
 }
 
 func (c *Config) validateEngine(v *validator) {

@@ -1,7 +1,6 @@
 package nats
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,14 +71,9 @@ func shownURL(raw string) string {
 // a *ConfigError at once. An unreachable server is waited for with backoff
 // until ctx ends, as for every other service searchsync depends on.
 //
-// Zero fields of cfg take the defaults documented in config.Nats.
+// Zero fields of cfg take the defaults of config.Nats.WithDefaults.
 func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger) (*Consumer, error) {
-	cfg.URL = cmp.Or(cfg.URL, natsgo.DefaultURL)
-	cfg.Subject = cmp.Or(cfg.Subject, "outbox.{aggregate_type}.{event_type}")
-	cfg.DuplicateWindow = cmp.Or(cfg.DuplicateWindow, 2*time.Minute)
-	cfg.Timeout = cmp.Or(cfg.Timeout, 5*time.Second)
-	cfg.Retention = cmp.Or(cfg.Retention, "limits")
-	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, 256)
+	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -66,7 +66,7 @@ func TestEngineOutage(t *testing.T) {
 	px.Down()
 	r, err := relay.New(b.db.Pool, relay.Config{Schema: b.db.Schema, Partitions: 2, LeaseTTL: 3 * time.Second,
 		PollInterval: 100 * time.Millisecond, BatchSize: 50,
-		Backoff: config.Backoff{Initial: time.Second, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.2},
+		Backoff: relay.Backoff{Initial: time.Second, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.2},
 		Logger:  slog.New(slog.DiscardHandler),
 		Routes:  []relay.Route{{Consumer: cons}}})
 	if err != nil {

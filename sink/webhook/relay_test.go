@@ -137,7 +137,7 @@ func TestWebhookBehindTheRelay(t *testing.T) {
 	}
 	r, err := relay.New(db.Pool, relay.Config{
 		Schema: db.Schema, Partitions: 4, BatchSize: 20, PollInterval: 100 * time.Millisecond, LeaseTTL: time.Second,
-		MaxAttempts: 3, Backoff: config.Backoff{Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.1},
+		MaxAttempts: 3, Backoff: relay.Backoff{Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2, Jitter: 0.1},
 		Routes: []relay.Route{{Consumer: hook}}, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

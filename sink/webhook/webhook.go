@@ -58,7 +58,6 @@ package webhook
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -135,11 +134,6 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("webhook consumer %q: %s: %s", e.Consumer, e.Key, e.Reason)
 }
 
-// New returns the consumer name for the endpoint cfg. Zero fields of cfg take
-// the defaults documented in config.Webhook (timeout 10s, concurrency 8).
-// client nil means a client of its own (no redirects followed, idle
-// connections for Concurrency requests); a given client is used as it is,
-// and the per-request timeout is applied through the request's context.
 // shownURL is the endpoint as reasons and logs name it: without user
 // information and query, where endpoints often carry a token.
 func shownURL(raw string) string {
@@ -154,9 +148,13 @@ func shownURL(raw string) string {
 	return u.String()
 }
 
+// New returns the consumer name for the endpoint cfg. Zero fields of cfg take
+// the defaults of config.Webhook.WithDefaults (timeout 10s, concurrency 8).
+// client nil means a client of its own (no redirects followed, idle
+// connections for Concurrency requests); a given client is used as it is,
+// and the per-request timeout is applied through the request's context.
 func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logger) (*Consumer, error) {
-	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 8)
+	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
