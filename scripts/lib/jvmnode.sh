@@ -40,7 +40,7 @@ jn_build() {
     return 0
   fi
   jn_apt_need mvn maven
-  jn_log "building $(basename "$LAUNCHER_DIR") ${MVN_ARGS:-}"
+  jn_log "building $(basename "$LAUNCHER_DIR")${MVN_ARGS:+ $MVN_ARGS}"
   # shellcheck disable=SC2086  # MVN_ARGS is a word list
   (cd "$LAUNCHER_DIR" && mvn -q -B -Dstyle.color=never ${MVN_ARGS:-} package -DskipTests) >&2
   touch "$JAR"
