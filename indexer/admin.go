@@ -3,7 +3,6 @@ package indexer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -120,28 +119,15 @@ type adminSender interface {
 // scrollKeep is how long the engine keeps a scroll between two pages.
 const scrollKeep = 5 * time.Minute
 
-// doAdmin is engine.do for Admin requests.
+// doAdmin is engine.do for Admin requests: the same classification, hints
+// included.
 func (e *engine) doAdmin(ctx context.Context, op string, r adminRequest, okStatus ...int) (int, []byte, error) {
 	s, ok := e.s.(adminSender)
 	if !ok {
 		return 0, nil, fmt.Errorf("%s %s: the adapter does not carry admin requests", e.kind, op)
 	}
 	status, body, err := s.sendAdmin(ctx, r)
-	if err != nil {
-		if errors.Is(err, errWrongProduct) {
-			return 0, nil, fmt.Errorf("%s %s: %w", e.kind, op, err)
-		}
-		return 0, nil, &TransportError{Op: e.kind + " " + op, Err: err}
-	}
-	if status >= 400 {
-		for _, ok := range okStatus {
-			if status == ok {
-				return status, body, nil
-			}
-		}
-		return status, body, engineError(e.kind+" "+op, status, body)
-	}
-	return status, body, nil
+	return e.answer(op, status, body, err, okStatus)
 }
 
 func decodeInto(kind, op string, body []byte, out any) error {

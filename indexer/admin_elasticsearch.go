@@ -3,8 +3,6 @@ package indexer
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
 
 	"github.com/elastic/go-elasticsearch/v8/esapi"
 )
@@ -45,17 +43,5 @@ func (s esSender) sendAdmin(ctx context.Context, r adminRequest) (int, []byte, e
 	default:
 		return 0, nil, fmt.Errorf("elasticsearch: unknown admin api %d", r.api)
 	}
-	res, err := req.Do(ctx, s.c)
-	if err != nil {
-		if strings.Contains(err.Error(), "not Elasticsearch") {
-			return 0, nil, fmt.Errorf("%w: %w", errWrongProduct, err)
-		}
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("read answer: %w", err)
-	}
-	return res.StatusCode, b, nil
+	return s.do(ctx, req)
 }

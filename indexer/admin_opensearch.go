@@ -3,7 +3,6 @@ package indexer
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/opensearch-project/opensearch-go/v4"
@@ -47,17 +46,5 @@ func (s osSender) sendAdmin(ctx context.Context, r adminRequest) (int, []byte, e
 	default:
 		return 0, nil, fmt.Errorf("opensearch: unknown admin api %d", r.api)
 	}
-	resp, err := opensearch.Do[struct{}](ctx, s.c.Client, method, req, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	if resp.Body == nil {
-		return resp.StatusCode, nil, nil
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("read answer: %w", err)
-	}
-	return resp.StatusCode, b, nil
+	return s.do(ctx, method, req)
 }

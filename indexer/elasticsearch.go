@@ -3,7 +3,6 @@ package indexer
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -89,6 +88,12 @@ func (s esSender) send(ctx context.Context, r request) (int, []byte, error) {
 	default:
 		return 0, nil, fmt.Errorf("elasticsearch: unknown api %d", r.api)
 	}
+	return s.do(ctx, req)
+}
+
+// do carries req and reads the whole answer; send and sendAdmin only pick
+// the request type.
+func (s esSender) do(ctx context.Context, req esapi.Request) (int, []byte, error) {
 	res, err := req.Do(ctx, s.c)
 	if err != nil {
 		// The client's product check has no exported error value; its
@@ -98,10 +103,5 @@ func (s esSender) send(ctx context.Context, r request) (int, []byte, error) {
 		}
 		return 0, nil, err
 	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("read answer: %w", err)
-	}
-	return res.StatusCode, b, nil
+	return readAnswer(res.StatusCode, res.Body)
 }

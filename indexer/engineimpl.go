@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/searchsync/searchsync/internal/config"
@@ -93,6 +94,12 @@ type engine struct {
 // *EngineError (an answer with status >= 400, unless accepted by okStatus).
 func (e *engine) do(ctx context.Context, op string, r request, okStatus ...int) (int, []byte, error) {
 	status, body, err := e.s.send(ctx, r)
+	return e.answer(op, status, body, err, okStatus)
+}
+
+// answer classifies what a sender returned for op (see do); Engine and
+// Admin calls share it.
+func (e *engine) answer(op string, status int, body []byte, err error, okStatus []int) (int, []byte, error) {
 	if err != nil {
 		var ce *ConfigError
 		if errors.Is(err, errWrongProduct) || errors.As(err, &ce) {
@@ -100,17 +107,26 @@ func (e *engine) do(ctx context.Context, op string, r request, okStatus ...int) 
 		}
 		return 0, nil, &TransportError{Op: e.kind + " " + op, Err: err}
 	}
-	if status >= 400 {
-		for _, ok := range okStatus {
-			if status == ok {
-				return status, body, nil
-			}
-		}
+	if status >= 400 && !slices.Contains(okStatus, status) {
 		ee := engineError(e.kind+" "+op, status, body)
 		e.explain(ee)
 		return status, body, ee
 	}
 	return status, body, nil
+}
+
+// readAnswer reads and closes an answer's body (nil: none, as for HEAD);
+// the senders use it once the client has carried the request.
+func readAnswer(status int, body io.ReadCloser) (int, []byte, error) {
+	if body == nil {
+		return status, nil, nil
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read answer: %w", err)
+	}
+	return status, b, nil
 }
 
 func (e *engine) Kind() string { return e.kind }

@@ -3,7 +3,6 @@ package indexer
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/opensearch-project/opensearch-go/v4"
@@ -84,18 +83,16 @@ func (s osSender) send(ctx context.Context, r request) (int, []byte, error) {
 	default:
 		return 0, nil, fmt.Errorf("opensearch: unknown api %d", r.api)
 	}
+	return s.do(ctx, method, req)
+}
+
+// do carries req and reads the whole answer; send and sendAdmin only pick
+// the request type and method.
+func (s osSender) do(ctx context.Context, method string, req opensearch.Request) (int, []byte, error) {
 	// A nil data pointer: the client does not decode, the shared wire code does.
 	resp, err := opensearch.Do[struct{}](ctx, s.c.Client, method, req, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	if resp.Body == nil {
-		return resp.StatusCode, nil, nil
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("read answer: %w", err)
-	}
-	return resp.StatusCode, b, nil
+	return readAnswer(resp.StatusCode, resp.Body)
 }
