@@ -440,7 +440,9 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 //     nats.stream is Poison; none, no answer, or JetStream not enabled is
 //     Unavailable with what the server said (an operator recreates the
 //     stream; the probe sees it back).
-//   - Everything else (timeouts, disconnects, 5xx API errors such as
+//   - No PubAck within nats.timeout (the client's timer or ours): Unavailable,
+//     "no PubAck".
+//   - Everything else (disconnects, 5xx API errors such as
 //     insufficient resources or JetStream not enabled): Unavailable.
 func (c *Consumer) classify(ctx context.Context, subject string, err error, memo lookups) sink.Outcome {
 	var apiErr *jetstream.APIError
@@ -452,6 +454,10 @@ func (c *Consumer) classify(ctx context.Context, subject string, err error, memo
 			c.cfg.Stream, subject, apiErr.Description, apiErr.Code, apiErr.ErrorCode)
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
 		return c.noResponders(ctx, subject, err, memo)
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		// The client's own PubAck timer (nats.timeout, the same as await's)
+		// fired first: the same condition, said the same way.
+		return sink.Unavailablef("nats: no PubAck for %s within %s", subject, c.cfg.Timeout)
 	}
 	return sink.Unavailablef("nats: publish on %s: %v", subject, err)
 }
