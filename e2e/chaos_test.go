@@ -20,7 +20,7 @@ import (
 func TestThreeRelaysKilledWhileConsumersComeAndGo(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, shortForm)
-	procs := []*proc{w.run("relay-0"), w.run("relay-1"), w.run("relay-2")}
+	procs := []*proc{w.runSlot(0, "relay-0"), w.runSlot(1, "relay-1"), w.runSlot(2, "relay-2")}
 	stop := w.produce(150)
 	testenv.Eventually(t, 60*time.Second, func() bool { return len(w.behind(time.Now().Add(-2*time.Second))) == 0 },
 		"every consumer follows before the chaos")
@@ -45,7 +45,7 @@ func TestThreeRelaysKilledWhileConsumersComeAndGo(t *testing.T) {
 		<-procs[i].done
 		kills++
 		time.Sleep(200 * time.Millisecond) // a restart is not instantaneous in production either
-		procs[i] = w.run(fmt.Sprintf("relay-%d-restart-%d", i, step))
+		procs[i] = w.runSlot(i, fmt.Sprintf("relay-%d-restart-%d", i, step))
 		time.Sleep(5 * time.Second) // the chaos period
 	}
 	w.engine.Up()

@@ -164,6 +164,10 @@ type world struct {
 	cfg      string
 	listen   string // the HTTP listener of the (first) relay: /metrics
 
+	// slots: the HTTP listener of each further relay of a test (slot 1, 2,
+	// …), kept across its restarts; relays of one test must not share one.
+	slots map[int]string
+
 	mu         sync.Mutex
 	rows       []outboxRow // what committed read of the outbox so far
 	streamCons jetstream.Consumer
@@ -178,6 +182,7 @@ type world struct {
 // the configuration's relay section (empty: the defaults).
 func newWorld(t *testing.T, relay string) *world {
 	w := &world{t: t, db: testenv.NewDB(t), alias: testenv.Name("e2e")}
+	t.Cleanup(w.dumpOnFailure) // before the schema is dropped
 	eng, err := url.Parse(testenv.EngineURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -261,8 +266,28 @@ func (b *syncBuffer) String() string {
 
 func (w *world) run(name string) *proc {
 	w.t.Helper()
+	return w.runSlot(0, name)
+}
+
+// runSlot starts relay number slot of the test: slot 0 listens on the
+// configuration's http.listen (w.listen), every other slot on an address of
+// its own, the same across restarts. Relays that shared one listener would
+// not run together: all but the first would stop at start-up, unable to
+// bind it.
+func (w *world) runSlot(slot int, name string) *proc {
+	w.t.Helper()
+	listen := w.listen
+	if slot > 0 {
+		if w.slots == nil {
+			w.slots = map[int]string{}
+		}
+		if w.slots[slot] == "" {
+			w.slots[slot] = testenv.FreeAddr(w.t)
+		}
+		listen = w.slots[slot]
+	}
 	p := &proc{cmd: exec.Command(binary, "run", "-c", w.cfg), log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "DATABASE_URL=", "SEARCHSYNC_CONFIG=", "SEARCHSYNC_HTTP_LISTEN=", "SEARCHSYNC_ENGINE_URL=", "SEARCHSYNC_NATS_URL=")
+	p.cmd.Env = append(os.Environ(), "DATABASE_URL=", "SEARCHSYNC_CONFIG=", "SEARCHSYNC_HTTP_LISTEN="+listen, "SEARCHSYNC_ENGINE_URL=", "SEARCHSYNC_NATS_URL=")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		w.t.Fatal(err)
@@ -536,4 +561,38 @@ func (w *world) count(q string, args ...any) int {
 		w.t.Fatalf("%s: %v", q, err)
 	}
 	return n
+}
+
+// dumpOnFailure logs, for a failed test, what the outbox and the delivery
+// rows hold, so that a consumer found behind can be told apart: events
+// pending or held, delivery rows by state, pause states.
+func (w *world) dumpOnFailure() {
+	if !w.t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, q := range []string{
+		`SELECT status::text, (available_at = ` + outbox.HeldSQL + `)::text AS held, count(*)::text FROM aa_outbox_event GROUP BY 1, 2 ORDER BY 1, 2`,
+		`SELECT consumer, state::text, (available_at = ` + outbox.HeldSQL + `)::text AS held, (available_at > now())::text AS later, count(*)::text FROM aa_outbox_delivery GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`,
+		`SELECT consumer, state::text, coalesce(reason, ''), probes::text, coalesce(probe_at::text, '') FROM aa_outbox_consumer ORDER BY 1`,
+		`SELECT id::text, status::text, attempts::text, available_at::text, coalesce(left(last_error, 200), '') FROM aa_outbox_event WHERE status <> 'dispatched' ORDER BY id LIMIT 5`,
+		`SELECT coalesce(owner, ''), count(*)::text FROM aa_relay_lease GROUP BY 1`,
+	} {
+		rows, err := w.db.Pool.Query(ctx, q)
+		if err != nil {
+			w.t.Logf("dump: %s: %v", q, err)
+			continue
+		}
+		var out []string
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				break
+			}
+			out = append(out, fmt.Sprint(vals...))
+		}
+		rows.Close()
+		w.t.Logf("dump: %s\n  %s", q, strings.Join(out, "\n  "))
+	}
 }
