@@ -187,6 +187,24 @@ func (c *consumers) releaseAll(ctx context.Context, ci int) {
 	}
 }
 
+// unholdOrphans makes available the outbox rows left held with no held
+// delivery row (see unholdOrphansSQL), waking the relay when it found any.
+func (c *consumers) unholdOrphans(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tag, err := c.r.pool.Exec(rctx, c.r.q.unholdOrphans, releaseChunk)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.r.cfg.Logger.Debug("relay: release orphaned held events", "error", err)
+		}
+		return
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		c.r.cfg.Logger.Info("relay: released events held for no consumer", "events", n)
+		c.r.Wake()
+	}
+}
+
 // refresh reads the pause states of aa_outbox_consumer: a pause or resume
 // by another relay, and the probe times.
 func (c *consumers) refresh(ctx context.Context) error {
@@ -253,6 +271,7 @@ func (c *consumers) run(ctx context.Context) {
 		if err := c.refresh(ctx); err != nil && ctx.Err() == nil {
 			c.r.cfg.Logger.Debug("relay: read consumer states", "error", err)
 		}
+		c.unholdOrphans(ctx)
 		now := time.Now()
 		for ci := range c.list {
 			if !c.paused(ci) {

@@ -219,6 +219,21 @@ o AS (
 	FROM d WHERE e.id = d.event_id AND e.status = 'pending' AND e.available_at = ` + outbox.HeldSQL + `)
 SELECT count(*) FROM d`
 
+	// unholdOrphansSQL makes available again the held outbox rows that no
+	// held delivery row keeps held: no consumer waits for a resume to get
+	// them, so nothing else would ever release them. They come from a race:
+	// a batch claimed while consumer C was held acks the event as held for
+	// C, after another relay's resume of C already released C's delivery
+	// row (the ack does not rewrite that row, it did not change). At most
+	// $1 per statement, skipping rows an ack holds locked.
+	unholdOrphansSQL = `UPDATE {s}.aa_outbox_event e SET available_at = now()
+WHERE e.id IN (
+	SELECT x.id FROM {s}.aa_outbox_event x
+	WHERE x.status = 'pending' AND x.available_at = ` + outbox.HeldSQL + `
+	  AND NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery d
+	                  WHERE d.event_id = x.id AND d.state = 'pending' AND d.available_at = ` + outbox.HeldSQL + `)
+	ORDER BY x.id LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
 	// pauseSQL marks a consumer paused (keeping the first paused_at) and
 	// schedules its next probe: $3 ms after the first pause, twice as late
 	// after every failed probe, at most $4 ms, and never before the $6 ms the
@@ -294,6 +309,7 @@ type queries struct {
 	heartbeat, forgetDead, renew, acquire, release, leave string
 	releaseAll                                            string
 	pause, resume, consumerStates, releaseHeld            string
+	unholdOrphans                                         string
 }
 
 // newQueries fills in the schema, and the partition count and batch size as
@@ -340,5 +356,6 @@ func newQueries(schema string, partitions, batch int) queries {
 		resume:              r.Replace(resumeSQL),
 		consumerStates:      r.Replace(consumerStatesSQL),
 		releaseHeld:         r.Replace(releaseHeldSQL),
+		unholdOrphans:       r.Replace(unholdOrphansSQL),
 	}
 }
