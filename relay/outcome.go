@@ -281,6 +281,22 @@ func (r *Relay) eventAck(ce *claimed, routed []int, answers map[int]sink.Outcome
 				attempts: res.attempts, lastError: res.lastError, delay: res.delay})
 		}
 	}
+	if anyPending && !any {
+		// The outbox row ends held: every consumer's row that keeps it held
+		// is written with it, also one the claim read as held already. A
+		// resume may have released that row while the batch was in flight;
+		// left alone, it would be available behind a held outbox row, and
+		// nothing would keep the aggregate's next events behind this one for
+		// that consumer. Held again, it is released with the consumer's next
+		// release of held rows (every relay makes one each second while the
+		// consumer runs).
+		for k, res := range results {
+			if res.state == rowPending && res.delay == holdDelay && !res.changed && !res.newRow {
+				row.rows = append(row.rows, deliveryRow{consumer: r.cons.name(routed[k]), state: res.state,
+					attempts: res.attempts, lastError: res.lastError, delay: holdDelay})
+			}
+		}
+	}
 	row.lastError = joinErrors(routed, results, r.cons)
 	bs.Split++
 	switch {

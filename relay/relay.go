@@ -84,6 +84,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.cfg.Logger.Info("relay: started", "instance", r.cfg.InstanceID, "schema", r.cfg.Schema,
 		"partitions", r.cfg.Partitions, "batch_size", r.cfg.BatchSize, "routes", len(r.cfg.Routes))
+	// The pause states before the first claim: a consumer paused by
+	// another relay is not handed a batch it would only refuse.
+	if err := r.cons.refresh(ctx); err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Debug("relay: read consumer states", "error", err)
+	}
 
 	// Leases outlive ctx until the last batch is acked.
 	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
