@@ -300,6 +300,12 @@ func (w *world) runSlot(slot int, name string) *proc {
 			p.cmd.Process.Kill()
 			<-p.done
 		}
+		if dir := os.Getenv("SEARCHSYNC_E2E_LOGS"); dir != "" {
+			file := filepath.Join(dir, strings.NewReplacer("/", "_").Replace(w.t.Name())+"-"+name+".log")
+			if err := os.WriteFile(file, []byte(p.log.String()), 0o644); err != nil {
+				w.t.Errorf("keep the log of %s: %v", name, err)
+			}
+		}
 		if w.t.Failed() {
 			s := p.log.String()
 			w.t.Logf("--- log of %s (last 4000 bytes):\n%s", name, s[max(0, len(s)-4000):])

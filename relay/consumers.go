@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ type consumers struct {
 	noProbe []bool
 	// kick makes run release held events at once (a consumer resumed).
 	kick chan struct{}
+	// gen counts this relay's own pauses and resumes, by consumer index: a
+	// refresh whose read began before one of them leaves that consumer
+	// alone (it read the state from before the change).
+	gen []uint64
 }
 
 // pauseState is one consumer's pause as this relay knows it.
@@ -63,6 +68,7 @@ func newConsumers(r *Relay) *consumers {
 	}
 	c.state = make([]pauseState, len(c.list))
 	c.noProbe = make([]bool, len(c.list))
+	c.gen = make([]uint64, len(c.list))
 	c.kick = make(chan struct{}, 1)
 	return c
 }
@@ -101,6 +107,7 @@ func (c *consumers) pause(ctx context.Context, ci int, reason string, retryAfter
 	c.mu.Lock()
 	s := &c.state[ci]
 	first := !s.paused
+	c.gen[ci]++
 	s.paused, s.probing, s.reason = true, false, reason
 	if first {
 		s.since = time.Now()
@@ -119,6 +126,7 @@ func (c *consumers) pause(ctx context.Context, ci int, reason string, retryAfter
 		cfg.Pause.ProbeMax.Milliseconds(), cfg.InstanceID, retryAfter.Milliseconds()); err != nil {
 		cfg.Logger.Warn("relay: record consumer pause", "consumer", c.name(ci), "error", err)
 	}
+	c.bump(ci)
 	if err := c.refresh(pctx); err != nil && pctx.Err() == nil {
 		cfg.Logger.Debug("relay: read consumer states", "error", err)
 	}
@@ -132,6 +140,7 @@ func (c *consumers) resume(ctx context.Context, ci int, why string) {
 	s := &c.state[ci]
 	was, since := s.paused, s.since
 	*s = pauseState{}
+	c.gen[ci]++
 	c.mu.Unlock()
 	if was {
 		cfg.Logger.Info("relay: consumer available again; resumed", "consumer", c.name(ci), "how", why,
@@ -142,11 +151,21 @@ func (c *consumers) resume(ctx context.Context, ci int, why string) {
 	if _, err := c.r.pool.Exec(rctx, c.r.q.resume, c.name(ci), cfg.InstanceID, outbox.Channel(cfg.Schema)); err != nil {
 		cfg.Logger.Warn("relay: record consumer resume", "consumer", c.name(ci), "error", err)
 	}
+	c.bump(ci)
 	select {
 	case c.kick <- struct{}{}:
 	default:
 	}
 	c.r.Wake()
+}
+
+// bump marks consumer ci changed by this relay: once when its local state
+// changes and once when the database has the change, so that a refresh
+// whose read overlapped either is left out for it.
+func (c *consumers) bump(ci int) {
+	c.mu.Lock()
+	c.gen[ci]++
+	c.mu.Unlock()
 }
 
 // releaseChunk is how many held events one statement releases.
@@ -208,6 +227,9 @@ func (c *consumers) unholdOrphans(ctx context.Context) {
 // refresh reads the pause states of aa_outbox_consumer: a pause or resume
 // by another relay, and the probe times.
 func (c *consumers) refresh(ctx context.Context) error {
+	c.mu.Lock()
+	gen := slices.Clone(c.gen)
+	c.mu.Unlock()
 	rows, err := c.r.pool.Query(ctx, c.r.q.consumerStates)
 	if err != nil {
 		return err
@@ -234,6 +256,11 @@ func (c *consumers) refresh(ctx context.Context) error {
 	wake := false
 	c.mu.Lock()
 	for ci := range c.list {
+		if c.gen[ci] != gen[ci] {
+			// Paused or resumed here while the states were read: what
+			// was read is older than this relay's own change.
+			continue
+		}
 		s := &c.state[ci]
 		x := got[c.name(ci)]
 		switch {
