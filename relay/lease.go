@@ -70,10 +70,11 @@ func (l *leases) run(ctx context.Context) {
 	defer t.Stop()
 	failing := false
 	for {
-		if err := l.tick(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		err := l.tick(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			if !failing {
 				l.cfg.Logger.Warn("relay: lease heartbeat failed; keeping leases until they expire", "error", err, "instance", l.cfg.InstanceID)
 			}
@@ -105,7 +106,11 @@ func (l *leases) tick(ctx context.Context) error {
 	ttl := l.cfg.LeaseTTL.Milliseconds()
 	start := time.Now()
 	// A hung connection must not keep the self-fencing below from running.
-	tctx, cancel := context.WithTimeout(ctx, l.cfg.LeaseTTL)
+	// A stop does not cut a tick short: a statement cancelled by the client
+	// may still commit on the server, and an acquisition committed after
+	// leave() released this instance's leases would keep them held by a
+	// relay that is gone until they expire. run returns after the tick.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.LeaseTTL)
 	err := l.tickDB(tctx, start, ttl)
 	cancel()
 	l.mu.Lock()
