@@ -22,7 +22,9 @@ func TestThreeRelaysKilledWhileConsumersComeAndGo(t *testing.T) {
 	w := newWorld(t, shortForm)
 	procs := []*proc{w.runSlot(0, "relay-0"), w.runSlot(1, "relay-1"), w.runSlot(2, "relay-2")}
 	stop := w.produce(150)
-	testenv.Eventually(t, 60*time.Second, func() bool { return len(w.behind(time.Now().Add(-2*time.Second))) == 0 },
+	// "Follows": holds what was committed 5 s ago (on a loaded machine the
+	// relay runs seconds behind a steady load).
+	testenv.Eventually(t, 120*time.Second, func() bool { return len(w.behind(time.Now().Add(-5*time.Second))) == 0 },
 		"every consumer follows before the chaos")
 
 	began := time.Now()

@@ -221,7 +221,7 @@ relay:
 engine: {kind: opensearch, urls: ["http://%s"]}
 indexes: {definitions: defs, projections: [projections.yaml]}
 http: {listen: %q}
-log: {level: info, format: json}
+log: {level: debug, format: json}
 compaction: {interval: -1s}
 consumers:
   - {name: search, type: search, search: {indexes: [%s]}}
@@ -308,7 +308,7 @@ func (w *world) runSlot(slot int, name string) *proc {
 		}
 		if w.t.Failed() {
 			s := p.log.String()
-			w.t.Logf("--- log of %s (last 4000 bytes):\n%s", name, s[max(0, len(s)-4000):])
+			w.t.Logf("--- log of %s (last 16000 bytes):\n%s", name, s[max(0, len(s)-16000):])
 		}
 	})
 	return p

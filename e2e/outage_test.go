@@ -47,7 +47,9 @@ func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 	w.run("searchsync")
 	stop := w.produce(100)
 
-	testenv.Eventually(t, 60*time.Second, func() bool { return len(w.behind(time.Now().Add(-2*time.Second))) == 0 },
+	// "Follows": holds what was committed 5 s ago (on a loaded machine the
+	// relay runs seconds behind a steady load).
+	testenv.Eventually(t, 120*time.Second, func() bool { return len(w.behind(time.Now().Add(-5*time.Second))) == 0 },
 		"every consumer follows before the outages")
 
 	outage := func(name string, down, up func(), length time.Duration) {
