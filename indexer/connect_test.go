@@ -76,7 +76,7 @@ func TestSecureWriter(t *testing.T) {
 	if err != nil || docs["1"].Version != 3 {
 		t.Fatalf("read: %v %+v", err, docs)
 	}
-	if err := indexer.CheckAccess(ctx, eng, alias); err != nil {
+	if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, eng, alias) }); err != nil {
 		t.Fatalf("access check: %v", err)
 	}
 	// The access check wrote nothing.
@@ -103,7 +103,7 @@ func TestSecureReadOnly(t *testing.T) {
 	alias := aliasWithIndex(t, admin, "secure_ro")
 	reader := engineOf(t, config.Engine{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tc,
 		Username: env["SEARCHSYNC_SECURE_READONLY_USER"], Password: secret.Ref(env["SEARCHSYNC_SECURE_READONLY_PASSWORD"])})
-	err := indexer.CheckAccess(ctx, reader, alias)
+	err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, reader, alias) })
 	var ae *indexer.AccessError
 	if !errors.As(err, &ae) {
 		t.Fatalf("read-only user: %v (%T), want an *indexer.AccessError", err, err)
@@ -145,7 +145,7 @@ func TestSecureTLS(t *testing.T) {
 	caFP := env["SEARCHSYNC_SECURE_CA_FINGERPRINT"]
 	leafFP := tlsconf.Fingerprint(chain[0])
 	for _, f := range []string{caFP, colonsUpper(caFP), leafFP, strings.ToLower(strings.ReplaceAll(leafFP, ":", ""))} {
-		err := engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFingerprint: f}, Username: writer, Password: pw}).Ping(ctx)
+		err := answered(ctx, engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFingerprint: f}, Username: writer, Password: pw}).Ping)
 		switch {
 		case len(chain) == 1 && (f == caFP || f == colonsUpper(caFP)):
 			if err == nil || !strings.Contains(err.Error(), "presents only its own certificate") || indexer.IsTemporary(err) {
@@ -159,12 +159,12 @@ func TestSecureTLS(t *testing.T) {
 	cert := engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"],
 		CertFile: env["SEARCHSYNC_SECURE_CLIENT_CERT"], KeyFile: env["SEARCHSYNC_SECURE_CLIENT_KEY"]}})
 	alias := aliasWithIndex(t, cert, "secure_cert")
-	if err := indexer.CheckAccess(ctx, cert, alias); err != nil {
+	if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, cert, alias) }); err != nil {
 		t.Errorf("client certificate: %v", err)
 	}
 	// Skip-verify works, and says so.
 	skip := config.Engine{URLs: url, TLS: tlsconf.Config{InsecureSkipVerify: true}, Username: writer, Password: pw}
-	if err := engineOf(t, skip).Ping(ctx); err != nil {
+	if err := answered(ctx, engineOf(t, skip).Ping); err != nil {
 		t.Errorf("insecure_skip_verify: %v", err)
 	}
 	if w := indexer.TLSWarning(skip); !strings.Contains(w, "insecure_skip_verify") {
@@ -187,7 +187,7 @@ func TestSecureTLS(t *testing.T) {
 		"http on a TLS port":  {config.Engine{URLs: []string{strings.Replace(url[0], "https://", "http://", 1)}, Username: writer, Password: pw}, ""},
 		"https to plain http": {config.Engine{URLs: []string{strings.Replace(testenv.EngineURL(t), "http://", "https://", 1)}}, "does not speak TLS on this port"},
 	} {
-		err := engineOf(t, tc.cfg).Ping(ctx)
+		err := answered(ctx, engineOf(t, tc.cfg).Ping)
 		if err == nil {
 			t.Errorf("%s: no error", name)
 			continue
@@ -227,7 +227,7 @@ func TestAuthProxy(t *testing.T) {
 		cfg.Kind, cfg.URLs = "elasticsearch", url
 		eng := engineOf(t, cfg)
 		alias := aliasWithIndex(t, eng, "authproxy")
-		if err := indexer.CheckAccess(ctx, eng, alias); err != nil {
+		if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, eng, alias) }); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestAuthProxy(t *testing.T) {
 	}
 	for name, tc := range bad {
 		tc.cfg.Kind, tc.cfg.URLs = "elasticsearch", url
-		err := engineOf(t, tc.cfg).Ping(ctx)
+		err := answered(ctx, engineOf(t, tc.cfg).Ping)
 		ee, ok := indexer.AsEngineError(err)
 		if !ok || ee.Status != http.StatusUnauthorized || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want 401 and %q", name, err, tc.want)
@@ -256,7 +256,7 @@ func TestElasticsearchAccessCheck(t *testing.T) {
 	eng := engineOf(t, config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
 	alias := aliasWithIndex(t, eng, "es_access")
 	ctx := context.Background()
-	if err := indexer.CheckAccess(ctx, eng, alias); err != nil {
+	if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, eng, alias) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Refresh(ctx, alias); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -171,11 +172,76 @@ func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []index
 	})
 }
 
+// copyAttempts is how often copyServerSide runs a copy whose failures were
+// all temporary (an engine too busy to apply a mapping update within its
+// 30 s, rejected executions) before it gives up.
+const copyAttempts = 5
+
 // copyServerSide runs the engine's copy c as a task and follows it:
 // started gets the task id, progress its status about every second. A
 // document the target refuses (a failure of the task) fails the copy with
-// the engine's reason. A cancelled ctx cancels the task.
+// the engine's reason. A copy whose failures were all temporary (429, 5xx)
+// runs again, after 1, 2, 4 and 8 s: it writes external versions, so what
+// the earlier run copied comes back as version conflicts, which are not
+// counted again. A cancelled ctx cancels the task.
 func (r *Reindexer) copyServerSide(ctx context.Context, c indexer.Copy, started func(task string), progress func(*indexer.TaskInfo)) (*indexer.TaskInfo, error) {
+	var copied int64 // created + updated by the earlier runs
+	for attempt := 1; ; attempt++ {
+		t, err := r.copyOnce(ctx, c, started, func(t *indexer.TaskInfo) {
+			if progress != nil {
+				progress(sumCopies(t, copied))
+			}
+		})
+		if t != nil {
+			t = sumCopies(t, copied)
+		}
+		if err == nil || t == nil || !temporaryCopyFailure(t) || attempt == copyAttempts {
+			return t, err
+		}
+		wait := time.Second << (attempt - 1)
+		r.log.Warn("reindex: the engine refused part of the copy for now; copying again", "attempt", attempt,
+			"error", err.Error(), "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		copied = t.Created + t.Updated
+	}
+}
+
+// sumCopies is t with the documents of earlier runs (copied) added, and
+// the conflicts they explain taken out.
+func sumCopies(t *indexer.TaskInfo, copied int64) *indexer.TaskInfo {
+	s := *t
+	s.Created += copied
+	s.VersionConflicts = max(0, s.VersionConflicts-copied)
+	return &s
+}
+
+// temporaryCopyFailure reports whether everything that went wrong in the
+// finished copy t is temporary: its error, or every failed document's
+// status, is 429 or 5xx.
+func temporaryCopyFailure(t *indexer.TaskInfo) bool {
+	if t.Error != nil {
+		return t.Error.Temporary()
+	}
+	if len(t.Failures) == 0 {
+		return false
+	}
+	for _, f := range t.Failures {
+		var doc struct {
+			Status int `json:"status"`
+		}
+		if json.Unmarshal(f, &doc) != nil || doc.Status != http.StatusTooManyRequests && doc.Status < 500 {
+			return false
+		}
+	}
+	return true
+}
+
+// copyOnce runs the copy c once (see copyServerSide).
+func (r *Reindexer) copyOnce(ctx context.Context, c indexer.Copy, started func(task string), progress func(*indexer.TaskInfo)) (*indexer.TaskInfo, error) {
 	task, err := r.adm.StartCopy(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("copy %s to %s: %w", c.Source, c.Dest, err)

@@ -35,6 +35,7 @@ PID_FILE="$RUN_DIR/node-$PORT.pid"
 LOG_FILE="$RUN_DIR/node-$PORT.log"
 TMP_HOME_FILE="$RUN_DIR/node-$PORT.tmphome"
 URL="http://127.0.0.1:$PORT"
+HOME_PREFIX="searchsync-elasticsearch-$PORT"
 
 healthy() {
   local hdr body
@@ -44,37 +45,12 @@ healthy() {
   [[ "$body" == *'"status":"green"'* || "$body" == *'"status":"yellow"'* ]]
 }
 
-cmd_start() {
-  if healthy; then
-    jn_log "already running and healthy at $URL"
-    echo "$URL"
-    return 0
-  fi
-  mkdir -p "$RUN_DIR"
-  local t0 pid home
-  t0="$(date +%s.%N)"
-  if pid="$(jn_running_pid)"; then
-    jn_log "launcher already running (pid $pid), waiting for it to become healthy"
-  else
-    jn_build
-    t0="$(date +%s.%N)"   # start-up time excludes the (one-off) Maven build
-    home="$(jn_new_home "searchsync-elasticsearch-$PORT")"
-    # shellcheck disable=SC2086  # HEAP / ELASTICSEARCH_JAVA_OPTS are word lists on purpose
-    ELASTICSEARCH_PORT="$PORT" ELASTICSEARCH_HOME="$home" nohup java $HEAP $JAVA_OPTS \
-      -cp "$JAR:$TARGET_DIR/lib/*" "$MARKER" >"$LOG_FILE" 2>&1 </dev/null &
-    pid=$!
-    echo "$pid" >"$PID_FILE"
-    jn_log "started pid $pid (home $home, log $LOG_FILE)"
-  fi
-  jn_wait "$pid" "$t0" "$URL"
-  echo "$URL"
+node_exec() {
+  # shellcheck disable=SC2086  # HEAP / ELASTICSEARCH_JAVA_OPTS are word lists on purpose
+  ELASTICSEARCH_PORT="$PORT" ELASTICSEARCH_HOME="$1" exec java $HEAP $JAVA_OPTS \
+    -cp "$JAR:$TARGET_DIR/lib/*" "$MARKER"
 }
 
-case "${1:-}" in
-  build) jn_build ;;
-  start) cmd_start ;;
-  stop) jn_stop ;;
-  status) curl -sf --max-time 3 "$URL/_cluster/health" 2>/dev/null || echo down ;;
-  url) echo "$URL" ;;
-  *) echo "usage: $0 build|start|stop|status|url" >&2; exit 2 ;;
-esac
+cmd_status() { curl -sf --max-time 3 "$URL/_cluster/health" 2>/dev/null || echo down; }
+
+jn_main "$@"

@@ -46,6 +46,7 @@ PID_FILE="$RUN_DIR/node-$PORT.pid"
 LOG_FILE="$RUN_DIR/node-$PORT.log"
 TMP_HOME_FILE="$RUN_DIR/node-$PORT.tmphome"
 URL="https://127.0.0.1:$PORT"
+HOME_PREFIX="searchsync-opensearch-secure-$PORT"
 
 DN_SUFFIX="OU=test,O=searchsync"
 NODE_DN="CN=searchsync-node,$DN_SUFFIX"
@@ -306,42 +307,16 @@ cmd_env() {
   echo "export SEARCHSYNC_SECURE_CLIENT_KEY='$SECRETS/client-key.pem'"
 }
 
-cmd_start() {
-  mkdir -p "$RUN_DIR"
-  if healthy; then
-    jn_log "already running and healthy at $URL"
-    echo "$URL"
-    return 0
-  fi
-  local t0 pid home
-  t0="$(date +%s.%N)"
-  if pid="$(jn_running_pid)"; then
-    jn_log "launcher already running (pid $pid), waiting for it to become healthy"
-  else
-    jn_build
-    make_secrets
-    t0="$(date +%s.%N)"   # start-up time excludes the one-off build and key generation
-    home="$(jn_new_home "searchsync-opensearch-secure-$PORT")"
-    write_config "$home"
-    # shellcheck disable=SC2086  # HEAP / OPENSEARCH_SECURE_JAVA_OPTS are word lists on purpose
-    OPENSEARCH_PORT="$PORT" OPENSEARCH_HOME="$home" \
-      OPENSEARCH_PLUGIN_DESCRIPTORS="$PLUGIN_DIR/plugin-descriptor.properties" \
-      nohup java $HEAP $JAVA_OPTS -cp "$(classpath)" searchsync.opensearch.Launcher \
-      >"$LOG_FILE" 2>&1 </dev/null &
-    pid=$!
-    echo "$pid" >"$PID_FILE"
-    jn_log "started pid $pid (home $home, log $LOG_FILE)"
-  fi
-  jn_wait "$pid" "$t0" "$URL"
-  echo "$URL"
+node_prepare() { make_secrets; }
+node_configure() { write_config "$1"; }
+
+node_exec() {
+  # shellcheck disable=SC2086  # HEAP / OPENSEARCH_SECURE_JAVA_OPTS are word lists on purpose
+  OPENSEARCH_PORT="$PORT" OPENSEARCH_HOME="$1" \
+    OPENSEARCH_PLUGIN_DESCRIPTORS="$PLUGIN_DIR/plugin-descriptor.properties" \
+    exec java $HEAP $JAVA_OPTS -cp "$(classpath)" searchsync.opensearch.Launcher
 }
 
-case "${1:-}" in
-  build) jn_build ;;
-  start) cmd_start ;;
-  stop) jn_stop ;;
-  status) if healthy; then echo up; else echo down; fi ;;
-  url) echo "$URL" ;;
-  env) cmd_env ;;
-  *) echo "usage: $0 build|start|stop|status|url|env" >&2; exit 2 ;;
-esac
+cmd_status() { if healthy; then echo up; else echo down; fi; }
+
+jn_main "$@"

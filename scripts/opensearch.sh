@@ -34,6 +34,7 @@ PID_FILE="$RUN_DIR/node-$PORT.pid"
 LOG_FILE="$RUN_DIR/node-$PORT.log"
 TMP_HOME_FILE="$RUN_DIR/node-$PORT.tmphome"   # holds the temporary home dir to remove on stop
 URL="http://127.0.0.1:$PORT"
+HOME_PREFIX="searchsync-opensearch-$PORT"
 
 # 0 when the cluster answers yellow or green within ~1 s
 healthy() {
@@ -42,42 +43,23 @@ healthy() {
   [[ "$body" == *'"status":"green"'* || "$body" == *'"status":"yellow"'* ]]
 }
 
-cmd_start() {
-  if healthy; then
-    jn_log "already running and healthy at $URL"
-    echo "$URL"
-    return 0
-  fi
-  mkdir -p "$RUN_DIR"
-  local t0 pid home="${OPENSEARCH_HOME:-}"
-  t0="$(date +%s.%N)"
-  if pid="$(jn_running_pid)"; then
-    jn_log "launcher already running (pid $pid), waiting for it to become healthy"
+# OPENSEARCH_HOME, when set, is the caller's to keep; else a temporary home.
+node_home() {
+  if [[ -n "${OPENSEARCH_HOME:-}" ]]; then
+    rm -f "$TMP_HOME_FILE"
+    mkdir -p "$OPENSEARCH_HOME"
+    echo "$OPENSEARCH_HOME"
   else
-    jn_build
-    t0="$(date +%s.%N)"   # start-up time excludes the (one-off) Maven build
-    if [[ -z "$home" ]]; then
-      home="$(jn_new_home "searchsync-opensearch-$PORT")"
-    else
-      rm -f "$TMP_HOME_FILE"   # a home the caller chose is theirs to keep
-      mkdir -p "$home"
-    fi
-    # shellcheck disable=SC2086  # HEAP / OPENSEARCH_JAVA_OPTS are word lists on purpose
-    OPENSEARCH_PORT="$PORT" OPENSEARCH_HOME="$home" nohup java $HEAP $JAVA_OPTS \
-      -cp "$JAR:$TARGET_DIR/lib/*" searchsync.opensearch.Launcher >"$LOG_FILE" 2>&1 </dev/null &
-    pid=$!
-    echo "$pid" >"$PID_FILE"
-    jn_log "started pid $pid (home $home, log $LOG_FILE)"
+    jn_new_home "$HOME_PREFIX"
   fi
-  jn_wait "$pid" "$t0" "$URL"
-  echo "$URL"
 }
 
-case "${1:-}" in
-  build) jn_build ;;
-  start) cmd_start ;;
-  stop) jn_stop ;;
-  status) curl -sf --max-time 3 "$URL/_cluster/health" 2>/dev/null || echo down ;;
-  url) echo "$URL" ;;
-  *) echo "usage: $0 build|start|stop|status|url" >&2; exit 2 ;;
-esac
+node_exec() {
+  # shellcheck disable=SC2086  # HEAP / OPENSEARCH_JAVA_OPTS are word lists on purpose
+  OPENSEARCH_PORT="$PORT" OPENSEARCH_HOME="$1" exec java $HEAP $JAVA_OPTS \
+    -cp "$JAR:$TARGET_DIR/lib/*" searchsync.opensearch.Launcher
+}
+
+cmd_status() { curl -sf --max-time 3 "$URL/_cluster/health" 2>/dev/null || echo down; }
+
+jn_main "$@"

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -52,28 +51,16 @@ type AuthProxyEndpoint struct {
 }
 
 var (
-	secureOnce sync.Once
-	secure     SecureEngine
-	secureErr  error
-
-	esOnce sync.Once
-	esURL  string
-	esErr  error
-
-	proxyOnce sync.Once
-	proxy     AuthProxyEndpoint
-	proxyErr  error
+	secureService = service("no secured OpenSearch", servicesHint, findSecure)
+	esService     = service("no Elasticsearch", servicesHint, findElasticsearch)
+	proxyService  = service("no auth proxy", servicesHint, findAuthProxy)
 )
 
 // Secure returns the secured OpenSearch node, after checking that the admin
 // user gets a healthy answer over TLS verified with CAFile.
 func Secure(t testing.TB) SecureEngine {
 	t.Helper()
-	secureOnce.Do(func() { secure, secureErr = findSecure() })
-	if secureErr != nil {
-		t.Fatalf("testenv: no secured OpenSearch: %v; %s", secureErr, servicesHint)
-	}
-	return secure
+	return secureService(t)
 }
 
 // ElasticsearchURL returns the URL of the Elasticsearch 7.17 node, after
@@ -81,22 +68,14 @@ func Secure(t testing.TB) SecureEngine {
 // go-elasticsearch/v8 insists on).
 func ElasticsearchURL(t testing.TB) string {
 	t.Helper()
-	esOnce.Do(func() { esURL, esErr = findElasticsearch() })
-	if esErr != nil {
-		t.Fatalf("testenv: no Elasticsearch: %v; %s", esErr, servicesHint)
-	}
-	return esURL
+	return esService(t)
 }
 
 // AuthProxy returns the API-key/bearer proxy, after checking that it
 // refuses a wrong credential and lets the API key through.
 func AuthProxy(t testing.TB) AuthProxyEndpoint {
 	t.Helper()
-	proxyOnce.Do(func() { proxy, proxyErr = findAuthProxy() })
-	if proxyErr != nil {
-		t.Fatalf("testenv: no auth proxy: %v; %s", proxyErr, servicesHint)
-	}
-	return proxy
+	return proxyService(t)
 }
 
 // envs reads the named variables; all must be set.
@@ -110,7 +89,7 @@ func envs(names ...string) ([]string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%s not set", strings.Join(missing, ", "))
+		return nil, permanent{fmt.Errorf("%s not set", strings.Join(missing, ", "))}
 	}
 	return vals, nil
 }
@@ -133,7 +112,7 @@ func findSecure() (SecureEngine, error) {
 	}
 	for _, f := range []string{s.CAFile, s.ClientCert, s.ClientKey} {
 		if _, err := os.Stat(f); err != nil {
-			return SecureEngine{}, err
+			return SecureEngine{}, permanent{err}
 		}
 	}
 	tc, err := s.TLSConfig()
@@ -195,7 +174,7 @@ func findAuthProxy() (AuthProxyEndpoint, error) {
 	}
 	p := AuthProxyEndpoint{URL: strings.TrimRight(v[0], "/"), APIKey: v[1], APIKeyID: v[2], APIKeySecret: v[3], Bearer: v[4]}
 	if want := base64.StdEncoding.EncodeToString([]byte(p.APIKeyID + ":" + p.APIKeySecret)); want != p.APIKey {
-		return AuthProxyEndpoint{}, fmt.Errorf("SEARCHSYNC_AUTH_PROXY_API_KEY is not base64(SEARCHSYNC_AUTH_PROXY_API_KEY_ID:SEARCHSYNC_AUTH_PROXY_API_KEY_SECRET)")
+		return AuthProxyEndpoint{}, permanent{fmt.Errorf("SEARCHSYNC_AUTH_PROXY_API_KEY is not base64(SEARCHSYNC_AUTH_PROXY_API_KEY_ID:SEARCHSYNC_AUTH_PROXY_API_KEY_SECRET)")}
 	}
 	c := &http.Client{Timeout: 10 * time.Second}
 	for _, tc := range []struct {

@@ -40,24 +40,12 @@ const DefaultEngineURL = "http://127.0.0.1:9200"
 
 const startHint = "start the services with `scripts/services.sh start` (or set DATABASE_URL / SEARCHSYNC_ENGINE_URL)"
 
-var (
-	dbOnce sync.Once
-	dbURL  string
-	dbErr  error
-
-	engineOnce sync.Once
-	engineURL  string
-	engineErr  error
-)
+var databaseService = service("no PostgreSQL", startHint, findDatabase)
 
 // DatabaseURL returns the URL of a reachable PostgreSQL server.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	dbOnce.Do(func() { dbURL, dbErr = findDatabase() })
-	if dbErr != nil {
-		t.Fatalf("testenv: no PostgreSQL: %v; %s", dbErr, startHint)
-	}
-	return dbURL
+	return databaseService(t)
 }
 
 func findDatabase() (string, error) {
@@ -70,7 +58,11 @@ func findDatabase() (string, error) {
 		return DefaultDatabaseURL, nil
 	}
 	if DockerAvailable() {
-		return startPostgresContainer()
+		url, err := startPostgresContainer()
+		if err != nil {
+			err = permanent{err}
+		}
+		return url, err
 	}
 	return "", fmt.Errorf("DATABASE_URL is not set, nothing answers at %s and no Docker engine is reachable", DefaultDatabaseURL)
 }
@@ -84,14 +76,12 @@ func ping(ctx context.Context, url string) error {
 	return conn.Ping(ctx)
 }
 
+var engineService = service("no search engine", startHint, findEngine)
+
 // EngineURL returns the URL of a reachable OpenSearch (or Elasticsearch) node.
 func EngineURL(t testing.TB) string {
 	t.Helper()
-	engineOnce.Do(func() { engineURL, engineErr = findEngine() })
-	if engineErr != nil {
-		t.Fatalf("testenv: no search engine: %v; %s", engineErr, startHint)
-	}
-	return engineURL
+	return engineService(t)
 }
 
 func findEngine() (string, error) {

@@ -1,13 +1,21 @@
 # shellcheck shell=bash
-# Shared by scripts/elasticsearch.sh and scripts/opensearch-secure.sh: build a
-# Maven launcher, start its JVM in the background, wait for health with a
-# deadline, stop it by its pid. The caller sets:
+# Shared by scripts/opensearch.sh, scripts/opensearch-secure.sh and
+# scripts/elasticsearch.sh: build a Maven launcher, start its JVM in the
+# background, wait for health with a deadline, stop it by its pid, and the
+# build|start|stop|url commands (jn_main). The caller sets:
 #   NODE_NAME       for messages ("elasticsearch")
 #   LAUNCHER_DIR    the Maven project;  MVN_ARGS  extra mvn arguments (a profile)
 #   TARGET_DIR      its build directory; JAR  the launcher jar in it
 #   PID_FILE LOG_FILE TMP_HOME_FILE  state files;  START_TIMEOUT  seconds
+#   RUN_DIR URL     where the state files go; the node's URL
+#   HOME_PREFIX     the temporary home's name ("searchsync-elasticsearch-9210")
 #   MARKER          a string the launcher's command line contains (pid check)
-# and defines healthy() (0 when the node answers as it should).
+# and defines healthy() (0 when the node answers as it should) and
+# node_exec HOME (execs the JVM in the foreground; jn_start runs it in the
+# background). It may define node_prepare (after the build, before the
+# start-up clock: keys, certificates), node_home (prints the home to use;
+# default a temporary one), node_configure HOME (writes its configuration),
+# and cmd_<name> for commands of its own (status, env).
 
 jn_log() { echo "$NODE_NAME: $*" >&2; }
 
@@ -103,4 +111,58 @@ jn_stop() {
     fi
     rm -f "$TMP_HOME_FILE"
   fi
+}
+
+# jn_start: the start command. Idempotent: a healthy node is left alone, a
+# launcher still starting is waited for.
+jn_start() {
+  mkdir -p "$RUN_DIR"
+  if healthy; then
+    jn_log "already running and healthy at $URL"
+    echo "$URL"
+    return 0
+  fi
+  local t0 pid home
+  t0="$(date +%s.%N)"
+  if pid="$(jn_running_pid)"; then
+    jn_log "launcher already running (pid $pid), waiting for it to become healthy"
+  else
+    jn_build
+    if declare -F node_prepare >/dev/null; then node_prepare; fi
+    t0="$(date +%s.%N)"   # start-up time excludes the one-off build and key generation
+    if declare -F node_home >/dev/null; then
+      home="$(node_home)"
+    else
+      home="$(jn_new_home "$HOME_PREFIX")"
+    fi
+    if declare -F node_configure >/dev/null; then node_configure "$home"; fi
+    # The subshell ignores SIGHUP (as nohup would) and becomes the JVM.
+    (trap '' HUP; node_exec "$home") >"$LOG_FILE" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$PID_FILE"
+    jn_log "started pid $pid (home $home, log $LOG_FILE)"
+  fi
+  jn_wait "$pid" "$t0" "$URL"
+  echo "$URL"
+}
+
+# jn_main "$@": build|start|stop|url, and cmd_<name> for the script's own.
+jn_main() {
+  local cmd="${1:-}"
+  case "$cmd" in
+    build) jn_build ;;
+    start) jn_start ;;
+    stop) jn_stop ;;
+    url) echo "$URL" ;;
+    *)
+      if [[ -n "$cmd" ]] && declare -F "cmd_$cmd" >/dev/null; then
+        "cmd_$cmd"
+      else
+        local own
+        own="$(declare -F | sed -n 's/^declare -f cmd_//p' | tr '\n' '|')"
+        echo "usage: $0 ${own}build|start|stop|url" >&2
+        exit 2
+      fi
+      ;;
+  esac
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,15 +36,24 @@ func securityAPI(t *testing.T, method, path string, body any) {
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
-	var rd io.Reader
+	var b []byte
 	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+		b, _ = json.Marshal(body)
 	}
-	req, _ := http.NewRequest(method, sec.URL+"/_plugins/_security/api/"+path, rd)
-	req.SetBasicAuth(sec.AdminUser, sec.AdminPassword)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := hc.Do(req)
+	// PUT and DELETE are idempotent: a request a loaded node did not answer
+	// within the client's 30 s is sent again, for up to 2 minutes.
+	var res *http.Response
+	for began := time.Now(); ; {
+		req, _ := http.NewRequest(method, sec.URL+"/_plugins/_security/api/"+path, bytes.NewReader(b))
+		req.SetBasicAuth(sec.AdminUser, sec.AdminPassword)
+		req.Header.Set("Content-Type", "application/json")
+		res, err = hc.Do(req)
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || time.Since(began) > 2*time.Minute {
+			break
+		}
+		t.Logf("%s %s: %v; sending it again", method, path, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
