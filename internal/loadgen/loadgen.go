@@ -130,12 +130,7 @@ func (g *Generator) Delete() outbox.Event {
 	if len(g.live) == 0 {
 		return g.create()
 	}
-	i := g.rng.IntN(len(g.live))
-	c := g.live[i]
-	g.live = append(g.live[:i], g.live[i+1:]...)
-	c.Version++
-	c.Deleted = true
-	return g.event(c, "deleted", g.payload(c, clone(c.State), map[string]any{}))
+	return g.deleteCustomer(g.live[g.rng.IntN(len(g.live))])
 }
 
 // Burst returns n updates of one live customer, in order.

@@ -1,0 +1,101 @@
+package loadgen
+
+import (
+	"math/rand/v2"
+	"slices"
+
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// Workload is a fixed mix of customer events for the benchmarks: the
+// customers are created first, spread over the tenants, then the rest are
+// partial updates (a hot set of customers gets most of them) and deletes,
+// each delete followed by the create of a new customer so that the number
+// of live customers stays the same.
+type Workload struct {
+	Events    int      // in all, the first creates included
+	Customers int      // created first
+	Tenants   []string // tenant_key of each customer, round robin; default "public"
+	Hot       int      // customers in the hot set (the first created)
+	HotShare  float64  // share of the updates that go to the hot set
+	Deletes   float64  // share of the events after the first creates that delete
+	// Burst > 1 makes each update a run of Burst updates of one customer
+	// in a row (a bursty workload: coalescing folds them).
+	Burst int
+	Seed  uint64
+}
+
+// Realistic is the benchmarks' realistic workload: 40,000 events over
+// 2,000 customers in three tenants, 80 % of the updates on 200 hot
+// customers, 3 % deletes.
+func Realistic() Workload {
+	return Workload{Events: 40000, Customers: 2000, Tenants: []string{"acme", "globex", "initech"},
+		Hot: 200, HotShare: 0.8, Deletes: 0.03, Seed: 1}
+}
+
+// Make returns the events of w, in the order they are to be written.
+func (w Workload) Make() []outbox.Event {
+	tenants := w.Tenants
+	if len(tenants) == 0 {
+		tenants = []string{"public"}
+	}
+	gens := make([]*Generator, len(tenants))
+	for i, t := range tenants {
+		gens[i] = New(w.Seed + uint64(i))
+		gens[i].Tenant = t
+	}
+	rng := rand.New(rand.NewPCG(w.Seed, w.Seed^0x5851f42d4c957f2d))
+	type ref struct {
+		g *Generator
+		c *Customer
+	}
+	var live []ref // creation order: the hot set is the first w.Hot
+	create := func() outbox.Event {
+		g := gens[len(live)%len(gens)]
+		e := g.create()
+		live = append(live, ref{g, g.live[len(g.live)-1]})
+		return e
+	}
+	out := make([]outbox.Event, 0, w.Events)
+	for len(out) < min(w.Customers, w.Events) {
+		out = append(out, create())
+	}
+	for len(out) < w.Events {
+		if rng.Float64() < w.Deletes && len(live) > 0 {
+			i := rng.IntN(len(live))
+			r := live[i]
+			live = slices.Delete(live, i, i+1)
+			out = append(out, r.g.deleteCustomer(r.c))
+			if len(out) < w.Events {
+				out = append(out, create())
+			}
+			continue
+		}
+		if len(live) == 0 {
+			out = append(out, create())
+			continue
+		}
+		pool := len(live)
+		if hot := min(w.Hot, len(live)); hot > 0 && rng.Float64() < w.HotShare {
+			pool = hot
+		}
+		r := live[rng.IntN(pool)]
+		for range max(w.Burst, 1) {
+			if len(out) == w.Events {
+				break
+			}
+			out = append(out, r.g.update(r.c))
+		}
+	}
+	return out
+}
+
+// deleteCustomer deletes c (which must be live in g).
+func (g *Generator) deleteCustomer(c *Customer) outbox.Event {
+	if i := slices.Index(g.live, c); i >= 0 {
+		g.live = slices.Delete(g.live, i, i+1)
+	}
+	c.Version++
+	c.Deleted = true
+	return g.event(c, "deleted", g.payload(c, clone(c.State), map[string]any{}))
+}

@@ -1,0 +1,199 @@
+package search_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/loadgen"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/relay"
+)
+
+// BenchmarkEndToEndRealistic measures one relay in its default
+// configuration on the workload users have, and divides its rate by the
+// engine's own _bulk of one document per event in the same run:
+//
+//   - realistic: 40,000 customer events over 2,000 customers in three
+//     tenants, mostly partial updates in the spec's payload shape (each
+//     read back with _mget and merged), 80 % of them on 200 hot customers,
+//     3 % deletes (loadgen.Realistic);
+//   - bursty: the same, each update a run of 20 updates of one customer
+//     (coalescing folds them into one write per batch).
+//
+// The raw side writes the full document after each event (index, external
+// version, the consumer's soft-delete tombstones), batch 500, two requests
+// in flight, to a fresh index of the same definition, before and after the
+// end-to-end run. pin=on gives the engine CPU 1 alone and PostgreSQL and
+// searchsync CPU 0 (testenv.Pin: the production-like layout, the engine on
+// hosts of its own); pin=off lets the scheduler place everything. Printed:
+// the ratio, each side's rate, CPU per event of searchsync (this process:
+// relay and consumer), PostgreSQL and the engine, and the machine's busy
+// share.
+//
+//	go test ./sink/search -run '^$' -bench 'EndToEndRealistic' -benchtime 1x -count 3
+func BenchmarkEndToEndRealistic(b *testing.B) {
+	bursty := loadgen.Realistic()
+	bursty.Burst = 20
+	for _, wl := range []struct {
+		name string
+		w    loadgen.Workload
+	}{{"realistic", loadgen.Realistic()}, {"bursty", bursty}} {
+		for _, pin := range []bool{false, true} {
+			name := "workload=" + wl.name + "/pin=off"
+			if pin {
+				name = "workload=" + wl.name + "/pin=on"
+			}
+			b.Run(name, func(b *testing.B) { benchRealistic(b, wl.w, pin) })
+		}
+	}
+}
+
+func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
+	for range b.N {
+		bd := setup(b)
+		stored := bd.produceMany(w.Make())
+		n := len(stored)
+		ops, live := rawDocs(b, bd, stored)
+
+		rawRate := func() (indexer.BulkRate, testenv.CPU) {
+			raw := testenv.Name(bd.alias + "_raw")
+			if err := mapping.CreatePhysical(bd.ctx, bd.eng, bd.def, raw, false); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { bd.eng.DeleteIndex(bd.ctx, raw) })
+			c0 := testenv.ReadCPU()
+			rate, err := indexer.RawBulkRateConcurrent(bd.ctx, bd.eng, raw, ops, benchBatch, 2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return rate, testenv.ReadCPU().Sub(c0)
+		}
+		if pin {
+			restore, err := testenv.Pin(1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(restore)
+		}
+		raw1, raw1CPU := rawRate()
+		b.ResetTimer()
+
+		cons := bd.consumer(nil)
+		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler),
+			Routes: []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
+				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
+			}}}}
+		if f := os.Getenv("SEARCHSYNC_BENCH_CPUPROFILE"); f != "" {
+			// The end-to-end window only (not the producer or the raw side).
+			out, err := os.Create(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.StartCPUProfile(out); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { pprof.StopCPUProfile(); out.Close() })
+		}
+		c0 := testenv.ReadCPU()
+		start := time.Now()
+		r, err := relay.New(bd.db.Pool, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stop := runRelay(b, r)
+		bd.waitPending(10 * time.Minute)
+		e2e := time.Since(start)
+		cpu := testenv.ReadCPU().Sub(c0)
+		pprof.StopCPUProfile()
+		b.StopTimer()
+		stop()
+		if got, want := bd.searchable(bd.alias, ""), int64(live); got != want {
+			b.Fatalf("%d documents searchable, want the %d live customers", got, want)
+		}
+		raw2, raw2CPU := rawRate()
+
+		rawPerSec := (raw1.PerSecond + raw2.PerSecond) / 2
+		rate := float64(n) / e2e.Seconds()
+		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+		busy := 100 * float64(cpu.MachineBusy) / float64(max(cpu.MachineBusy+cpu.MachineIdle, 1))
+		b.ReportMetric(rate/rawPerSec, "ratio")
+		b.ReportMetric(rate, "e2e_events/s")
+		b.ReportMetric(rawPerSec, "raw_docs/s")
+		b.ReportMetric(us(cpu.Self), "searchsync_µs/event")
+		b.ReportMetric(us(cpu.Postgres), "postgres_µs/event")
+		b.ReportMetric(us(cpu.Engine), "engine_µs/event")
+		b.ReportMetric(busy, "busy_%")
+		st := r.Stats()
+		b.Logf("%d events in %s = %.0f/s; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, raw1, raw2, rate/rawPerSec)
+		b.Logf("end to end: %s; %d batches; claim %s, deliver %s, ack %s; writer %+v", cpu, st.Batches,
+			st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), cons.Writer().Stats())
+		b.Logf("end to end: %s", bd.indexWork(bd.alias))
+		b.Logf("raw before: %s; raw after: %s", raw1CPU, raw2CPU)
+	}
+}
+
+// runRelay runs r until the returned stop is called (or the benchmark ends).
+func runRelay(b *testing.B, r *relay.Relay) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	stop = func() { cancel(); <-done }
+	b.Cleanup(stop)
+	return stop
+}
+
+// rawDocs is one bulk operation per event: the whole document after it, as
+// the consumer's projection and merge make it (soft deletes as tombstone
+// documents), with the event's version; and how many documents are live
+// (searchable through the alias) at the end.
+func rawDocs(b *testing.B, bd *bundle, evs []*outbox.Event) (ops []indexer.BulkOp, live int) {
+	state := map[string]map[string]any{}
+	ops = make([]indexer.BulkOp, 0, len(evs))
+	tomb := bd.def.TombstoneField
+	for _, e := range evs {
+		r, err := bd.set.Project(e, nil, nil)
+		if err != nil || r == nil {
+			b.Fatalf("project event %d: %v", e.ID, err)
+		}
+		doc := state[r.ID]
+		switch {
+		case r.Op == projections.OpDelete && bd.def.DeleteMode == mapping.DeleteHard:
+			delete(state, r.ID)
+			ops = append(ops, indexer.BulkOp{Type: indexer.OpDelete, ID: r.ID, Version: r.Version})
+			continue
+		case r.Op == projections.OpDelete:
+			doc = projections.Clone(doc)
+			if doc == nil {
+				doc = map[string]any{}
+			}
+			doc[tomb] = true
+		case r.Partial:
+			doc = projections.DeepMerge(projections.Clone(doc), r.Doc)
+			doc[tomb] = false
+		default:
+			doc = projections.Clone(r.Doc)
+			doc[tomb] = false
+		}
+		state[r.ID] = doc
+		body, _ := json.Marshal(doc)
+		ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, ID: r.ID, Version: r.Version, Doc: body, Compact: true})
+	}
+	for _, doc := range state {
+		if doc[tomb] != true {
+			live++
+		}
+	}
+	return ops, live
+}
