@@ -88,17 +88,35 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 	start := time.Now()
 	rep := &Report{Source: source, Target: target, GroupBy: r.cfg.GroupBy}
 	filter := r.cfg.Def.SearchFilter()
+	if err := r.verifyCounts(ctx, rep, filter); err != nil {
+		return nil, err
+	}
+	ids, err := r.verifyVersions(ctx, rep, filter)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.verifySample(ctx, rep, ids); err != nil {
+		return nil, err
+	}
+	rep.OK = len(rep.Groups) == 0 && len(rep.Missing) == 0 && len(rep.Extra) == 0 && len(rep.Versions) == 0 && len(rep.SourceDiffs) == 0
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
 
-	// 1. Counts per group.
+// verifyCounts compares the document counts per group of both indexes
+// (read at the same moment, again while live writes make them differ) and
+// records the groups that differ.
+func (r *Reindexer) verifyCounts(ctx context.Context, rep *Report, filter json.RawMessage) error {
+	source, target := rep.Source, rep.Target
 	var oldC, newC map[string]int64
 	for attempt := 0; attempt < 15; attempt++ {
 		if attempt > 0 {
 			if err := sleep(ctx, 300*time.Millisecond); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if err := r.refresh(ctx, source, target); err != nil {
-			return nil, err
+			return err
 		}
 		// Both counts at the same moment, so that live writes in between
 		// rarely make them differ.
@@ -112,7 +130,7 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		oldC, rep.OldTotal, err = r.adm.GroupCounts(ctx, source, filter, r.cfg.GroupBy)
 		wg.Wait()
 		if err = cmp.Or(err, err2); err != nil {
-			return nil, err
+			return err
 		}
 		if maps.Equal(oldC, newC) {
 			break
@@ -134,7 +152,14 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 	}
 	slices.SortFunc(rep.Groups, func(a, b GroupCount) int { return strings.Compare(a.Key, b.Key) })
 
-	// 2. Every id and version.
+	return nil
+}
+
+// verifyVersions compares every id and version of both indexes, looks
+// again at those that differ (a live write in between), records what still
+// differs, and returns the ids of the old index.
+func (r *Reindexer) verifyVersions(ctx context.Context, rep *Report, filter json.RawMessage) ([]string, error) {
+	source, target := rep.Source, rep.Target
 	oldV, err := r.versions(ctx, source, filter)
 	if err != nil {
 		return nil, err
@@ -196,27 +221,33 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		diff = still
 	}
 
-	// 3. A sample of sources.
-	rep.Ignored = append(slices.Clone(r.cfg.IgnoreFields), r.changedFields(ctx, source)...)
 	ids := make([]string, 0, len(oldV))
 	for id := range oldV {
 		ids = append(ids, id)
 	}
+	return ids, nil
+}
+
+// verifySample compares the sources of a random sample of ids (the fields
+// the new definition changes ignored) and records the differences.
+func (r *Reindexer) verifySample(ctx context.Context, rep *Report, ids []string) error {
+	source, target := rep.Source, rep.Target
+	rep.Ignored = append(slices.Clone(r.cfg.IgnoreFields), r.changedFields(ctx, source)...)
 	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	sample := ids[:min(len(ids), r.cfg.SampleSize)]
 	for attempt := 0; len(sample) > 0 && attempt < 5; attempt++ {
 		if attempt > 0 {
 			if err := sleep(ctx, 300*time.Millisecond); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		o, err := r.cfg.Engine.MGet(ctx, source, sample)
 		if err != nil {
-			return nil, fmt.Errorf("reindex: check: read %s: %w", source, err)
+			return fmt.Errorf("reindex: check: read %s: %w", source, err)
 		}
 		n, err := r.cfg.Engine.MGet(ctx, target, sample)
 		if err != nil {
-			return nil, fmt.Errorf("reindex: check: read %s: %w", target, err)
+			return fmt.Errorf("reindex: check: read %s: %w", target, err)
 		}
 		if attempt == 0 {
 			rep.Sampled = len(sample)
@@ -244,9 +275,7 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 		sample = still
 		r.log.Debug("reindex: check: sampled documents differ, looking again", "count", len(still), "attempt", attempt)
 	}
-	rep.OK = len(rep.Groups) == 0 && len(rep.Missing) == 0 && len(rep.Extra) == 0 && len(rep.Versions) == 0 && len(rep.SourceDiffs) == 0
-	rep.Seconds = time.Since(start).Seconds()
-	return rep, nil
+	return nil
 }
 
 func (r *Reindexer) refresh(ctx context.Context, indexes ...string) error {
