@@ -348,47 +348,14 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	job := r.job
 	// 1. The target index.
-	if job.Params.Target == "" {
-		name, err := mapping.NextFree(ctx, r.cfg.Engine, r.alias)
-		if err != nil {
-			return nil, err
-		}
-		job.Params.Target = name
-		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
-			return nil, err
-		}
-	}
-	r.target, r.source = job.Params.Target, job.Params.Source
-	info, err := r.cfg.Engine.GetIndex(ctx, r.target)
+	swapped, err := r.prepareTarget(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reindex: look up %s: %w", r.target, err)
+		return nil, err
 	}
-	if info == nil {
-		def := *r.cfg.Def
-		def.Alias = r.alias
-		if err := mapping.CreatePhysical(ctx, r.cfg.Engine, &def, r.target, false); err != nil {
-			return nil, err
-		}
-		r.log.Info("reindex: created the new index", "index", r.target, "hash", short(job.Params.Hash))
-	} else if h := mapping.LiveHash(info.Mappings); h != job.Params.Hash {
-		return nil, fmt.Errorf("reindex: %s exists with hash %s, the job expects %s", r.target, short(h), short(job.Params.Hash))
-	}
-	// A crash between the swap and the end of the job: the alias already
-	// points to the target.
-	if targets, err := r.cfg.Engine.AliasTargets(ctx, r.alias); err == nil && len(targets) == 1 && targets[0] == r.target {
+	if swapped {
+		// A crash between the swap and the end of the job: the alias
+		// already points to the target.
 		return r.finish(ctx, start, nil)
-	}
-
-	// Nobody searches the target before the swap: no periodic refresh and
-	// no replicas while it fills (the reads of the replay are real-time
-	// gets; replicas are built once from the finished index). The
-	// definition's values come back right after the replay.
-	fill := map[string]any{"refresh_interval": "-1"}
-	if ownsReplicas(r.cfg.Def) {
-		fill["number_of_replicas"] = 0
-	}
-	if err := r.adm.PutSettings(ctx, r.target, fill); err != nil {
-		return nil, fmt.Errorf("reindex: %w", err)
 	}
 
 	// 2. Dual writes on, then wait until every search consumer has seen it:
@@ -466,6 +433,55 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 
 	// 6. Swap.
 	return r.finish(ctx, start, report)
+}
+
+// prepareTarget names the job's target index (the next free one, saved in
+// the job), creates it from the definition or checks the one there, and
+// sets it up for filling. swapped reports that the alias already points to
+// it (the job was interrupted after its swap).
+func (r *Reindexer) prepareTarget(ctx context.Context) (swapped bool, err error) {
+	job := r.job
+	if job.Params.Target == "" {
+		name, err := mapping.NextFree(ctx, r.cfg.Engine, r.alias)
+		if err != nil {
+			return false, err
+		}
+		job.Params.Target = name
+		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
+			return false, err
+		}
+	}
+	r.target, r.source = job.Params.Target, job.Params.Source
+	info, err := r.cfg.Engine.GetIndex(ctx, r.target)
+	if err != nil {
+		return false, fmt.Errorf("reindex: look up %s: %w", r.target, err)
+	}
+	if info == nil {
+		def := *r.cfg.Def
+		def.Alias = r.alias
+		if err := mapping.CreatePhysical(ctx, r.cfg.Engine, &def, r.target, false); err != nil {
+			return false, err
+		}
+		r.log.Info("reindex: created the new index", "index", r.target, "hash", short(job.Params.Hash))
+	} else if h := mapping.LiveHash(info.Mappings); h != job.Params.Hash {
+		return false, fmt.Errorf("reindex: %s exists with hash %s, the job expects %s", r.target, short(h), short(job.Params.Hash))
+	}
+	if targets, err := r.cfg.Engine.AliasTargets(ctx, r.alias); err == nil && len(targets) == 1 && targets[0] == r.target {
+		return true, nil
+	}
+
+	// Nobody searches the target before the swap: no periodic refresh and
+	// no replicas while it fills (the reads of the replay are real-time
+	// gets; replicas are built once from the finished index). The
+	// definition's values come back right after the replay.
+	fill := map[string]any{"refresh_interval": "-1"}
+	if ownsReplicas(r.cfg.Def) {
+		fill["number_of_replicas"] = 0
+	}
+	if err := r.adm.PutSettings(ctx, r.target, fill); err != nil {
+		return false, fmt.Errorf("reindex: %w", err)
+	}
+	return false, nil
 }
 
 // CheckError is a completeness check that failed; the alias was not moved.
