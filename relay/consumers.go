@@ -206,6 +206,12 @@ func (c *consumers) releaseAll(ctx context.Context, ci int) {
 	}
 }
 
+// orphanSweepEvery is how often a relay looks for outbox rows held for no
+// consumer. Acks keep a held outbox row's held delivery rows in the same
+// statement, so the sweep is a safety net (it logs what it finds, which
+// would be a bug); it reads every held row, so it is not made every second.
+const orphanSweepEvery = time.Minute
+
 // unholdOrphans makes available the outbox rows left held with no held
 // delivery row (see unholdOrphansSQL), waking the relay when it found any.
 func (c *consumers) unholdOrphans(ctx context.Context) {
@@ -219,7 +225,7 @@ func (c *consumers) unholdOrphans(ctx context.Context) {
 		return
 	}
 	if n := tag.RowsAffected(); n > 0 {
-		c.r.cfg.Logger.Info("relay: released events held for no consumer", "events", n)
+		c.r.cfg.Logger.Warn("relay: released events held for no consumer (a bug: please report it)", "events", n)
 		c.r.Wake()
 	}
 }
@@ -294,11 +300,11 @@ func (c *consumers) run(ctx context.Context) {
 	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var lastSweep time.Time // the first sweep runs at start
 	for {
 		if err := c.refresh(ctx); err != nil && ctx.Err() == nil {
 			c.r.cfg.Logger.Debug("relay: read consumer states", "error", err)
 		}
-		c.unholdOrphans(ctx)
 		now := time.Now()
 		for ci := range c.list {
 			if !c.paused(ci) {
@@ -335,6 +341,12 @@ func (c *consumers) run(ctx context.Context) {
 				}
 				c.r.Wake()
 			}
+		}
+		if now.Sub(lastSweep) >= orphanSweepEvery {
+			// After the releases, not before them: the sweep reads every
+			// held row, which on a large backlog takes a while.
+			c.unholdOrphans(ctx)
+			lastSweep = now
 		}
 		select {
 		case <-ctx.Done():

@@ -221,11 +221,11 @@ SELECT count(*) FROM d`
 
 	// unholdOrphansSQL makes available again the held outbox rows that no
 	// held delivery row keeps held: no consumer waits for a resume to get
-	// them, so nothing else would ever release them. They come from a race:
-	// a batch claimed while consumer C was held acks the event as held for
-	// C, after another relay's resume of C already released C's delivery
-	// row (the ack does not rewrite that row, it did not change). At most
-	// $1 per statement, skipping rows an ack holds locked.
+	// them, so nothing else would ever release them. They came from a race
+	// that acks no longer lose (a batch acked an event as held for C after
+	// another relay's resume of C had released C's row, without writing
+	// that row again): the statement is the safety net. At most $1 per
+	// statement, skipping rows an ack holds locked.
 	unholdOrphansSQL = `UPDATE {s}.aa_outbox_event e SET available_at = now()
 WHERE e.id IN (
 	SELECT x.id FROM {s}.aa_outbox_event x
