@@ -38,14 +38,7 @@ import (
 // (testenv.Binary).
 var binary string
 
-func TestMain(m *testing.M) {
-	var err error
-	if binary, err = testenv.Binary(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.MainWithBinary(m, &binary) }
 
 const secret = "whsec_dGVzdC1zZWNyZXQtdGVzdC1zZWNyZXQ="
 

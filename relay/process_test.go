@@ -28,14 +28,7 @@ import (
 // (testenv.Binary).
 var binary string
 
-func TestMain(m *testing.M) {
-	var err error
-	if binary, err = testenv.Binary(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.MainWithBinary(m, &binary) }
 
 // writeConfig writes a configuration for the test's schema whose webhook
 // consumer posts to url.

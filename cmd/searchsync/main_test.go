@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,14 +17,7 @@ import (
 // shared with the other packages that run it).
 var binary string
 
-func TestMain(m *testing.M) {
-	var err error
-	if binary, err = testenv.Binary(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testenv.MainWithBinary(m, &binary) }
 
 // runCLI runs the binary with args and extra environment and returns stdout,
 // stderr and the exit code.

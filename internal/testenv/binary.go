@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -144,4 +145,17 @@ func sourceHash(pkg string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// MainWithBinary is the TestMain of a package whose tests run the binary:
+// it sets *path to Binary() (or exits 1 with the build's error) and runs
+// the tests.
+func MainWithBinary(m *testing.M, path *string) {
+	p, err := Binary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*path = p
+	os.Exit(m.Run())
 }
