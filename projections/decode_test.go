@@ -1,0 +1,85 @@
+package projections_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/searchsync/searchsync/projections"
+)
+
+// stdDecode is what Decode did with encoding/json: the reference.
+func stdDecode(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var m map[string]any
+	err := dec.Decode(&m)
+	return m, err
+}
+
+var decodeCases = []string{
+	`{"tenant_key":"public","entity_type":"customer","entity_id":"9c2b7f3e-1b2c-4d5e-8f90-123456789abc","code":"C-1001","version":5,
+	  "before":{"status":"draft","name":"Old"},"after":{"status":"active","name":"New","credit_limit":"1200","address":{"city":"Berlin","country":"DE"}},
+	  "actor":{"principal_type":"user","principal_id":"u1"}}`,
+	`{"big":12345678901234567890123,"neg":-0.5e-10,"exp":1E+400,"zero":0,"float":3.14159265358979323846264338327950288}`,
+	`{"esc":"line\nbreak \"quoted\" \\ tab\t \u00e9\u4e2d \ud83d\ude00","slash":"a\/b","empty":"","ctl":"\u0000"}`,
+	`{"nested":{"a":[1,[2,[3,{"b":null}]],{"c":true,"d":false}]},"arr":[],"obj":{}}`,
+	`{"dup":1,"dup":2}`,
+	`{"München":"Köln","日本":"東京"}`,
+}
+
+// Decode gives what encoding/json with UseNumber gives, for the shapes
+// payloads and documents have, and refuses what is not an object.
+func TestDecodeLikeEncodingJSON(t *testing.T) {
+	for _, c := range decodeCases {
+		want, err := stdDecode([]byte(c))
+		if err != nil {
+			t.Fatalf("reference: %v", err)
+		}
+		got, err := projections.Decode([]byte(c))
+		if err != nil {
+			t.Errorf("%s: %v", c, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %#v\nwant %#v", c, got, want)
+		}
+	}
+	for _, bad := range []string{`null`, `[1,2]`, `"x"`, `{"a":`, `{"a":1}x`, ``, `{"a":01}`} {
+		if m, err := projections.Decode([]byte(bad)); err == nil {
+			t.Errorf("%q: decoded to %v, want an error", bad, m)
+		}
+	}
+	// The strings do not point into the input: a buffer reused afterwards
+	// leaves them unchanged.
+	buf := []byte(`{"name":"original"}`)
+	m, err := projections.Decode(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, strings.Repeat("x", len(buf)))
+	if m["name"] != "original" {
+		t.Errorf("decoded string changed with its input buffer: %q", m["name"])
+	}
+}
+
+// BenchmarkDecode compares Decode with the encoding/json decoding it
+// replaced, on the spec's payload shape.
+func BenchmarkDecode(b *testing.B) {
+	p := []byte(decodeCases[0])
+	for _, tc := range []struct {
+		name string
+		f    func([]byte) (map[string]any, error)
+	}{{"encoding-json", stdDecode}, {"searchsync", projections.Decode}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tc.f(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
