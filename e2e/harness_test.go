@@ -214,11 +214,11 @@ relay:
 engine: {kind: opensearch, urls: ["http://%s"]}
 indexes: {definitions: defs, projections: [projections.yaml]}
 http: {listen: %q}
-log: {level: debug, format: json}
+log: {level: info, format: json}
 compaction: {interval: -1s}
 consumers:
   - {name: search, type: search, search: {indexes: [%s]}}
-  - {name: hook, type: webhook, webhook: {url: "http://%s/", secret: %q, concurrency: 8}}
+  - {name: hook, type: webhook, webhook: {url: "http://%s/", secret: %q, concurrency: 8, timeout: 60s}}
   - {name: queue, type: nats, nats: {url: %q, stream: %s, subject: "e2e.{aggregate_type}.{event_type}", create_stream: true}}
 routes:
   - {consumer: search, event_types: ["entity.customer.*"]}

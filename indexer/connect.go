@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -44,6 +45,12 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Key + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// handshakeTimeout bounds a TLS handshake with the engine as a request is
+// bounded (30 s), not by Go's separate 10 s default: a busy node that takes
+// longer to shake hands than to answer is unavailable for that request, not
+// for its handshake alone.
+const handshakeTimeout = 30 * time.Second
+
 // Transport returns the http.RoundTripper that reaches the engine of cfg
 // with its TLS settings and credentials, on top of base (nil: a clone of
 // http.DefaultTransport; an *http.Transport is cloned and given cfg's TLS).
@@ -64,9 +71,12 @@ func Transport(cfg config.Engine, base http.RoundTripper) (http.RoundTripper, er
 		}
 		t = t.Clone()
 		t.TLSClientConfig = tc
+		t.TLSHandshakeTimeout = handshakeTimeout
 		base = t
 	} else if t, ok := base.(*http.Transport); ok && base == http.DefaultTransport {
-		base = t.Clone()
+		t = t.Clone()
+		t.TLSHandshakeTimeout = handshakeTimeout
+		base = t
 	}
 	rt := &authTransport{base: base, tls: cfg.TLS}
 	switch cfg.AuthMethod() {
