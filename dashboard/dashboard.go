@@ -48,7 +48,9 @@ type Source struct {
 	Engine *Engine
 	// History serves /api/history (nil: the endpoint answers 503).
 	History *History
-	Logger  *slog.Logger
+	// Events serves the event pages and the actions (nil: they answer 503).
+	Events *Events
+	Logger *slog.Logger
 }
 
 // Engine describes the search engine connection: where, the auth method
@@ -71,6 +73,8 @@ type State struct {
 	Drift      []string      `json:"drift"`
 	Partitions []Partition   `json:"partitions"`
 	Engine     *Engine       `json:"engine,omitempty"`
+	// Actions is true when retry and ack are enabled (http.operator_token).
+	Actions bool `json:"actions"`
 }
 
 // Handler serves the page at / and its data at /api/state.
@@ -79,7 +83,8 @@ func Handler(src Source) http.Handler {
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, r *http.Request) {
-		st := State{Instance: src.Instance, Snapshot: src.Sampler.Last(), Drift: []string{}, Engine: src.Engine}
+		st := State{Instance: src.Instance, Snapshot: src.Sampler.Last(), Drift: []string{}, Engine: src.Engine,
+			Actions: src.Events != nil && !src.Events.Token.IsZero()}
 		if src.Drift != nil {
 			st.Drift = append(st.Drift, src.Drift()...)
 		}
@@ -93,6 +98,7 @@ func Handler(src Source) http.Handler {
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) { serveHistory(w, r, src) })
+	src.registerEvents(mux)
 	return mux
 }
 

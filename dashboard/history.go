@@ -98,13 +98,19 @@ func NewHistory(db DB, sampler *lag.Sampler, cfg HistoryConfig, logger *slog.Log
 // Interval is the time between two samples.
 func (h *History) Interval() time.Duration { return h.cfg.Interval }
 
-// Run writes a sample every interval until ctx ends.
+// Run writes a sample every interval until ctx ends, then gives the lease
+// up so that another relay takes over at once.
 func (h *History) Run(ctx context.Context) {
 	t := time.NewTicker(h.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := h.Release(rctx); err != nil {
+				h.logger.Warn("console history: release the lease", "err", err)
+			}
 			return
 		case <-t.C:
 		}
@@ -117,7 +123,7 @@ func (h *History) Run(ctx context.Context) {
 // historyMaxTrim bounds one trimming DELETE.
 const historyMaxTrim = 1000
 
-type historyQueries struct{ write, trim, read, readThinned, readSince string }
+type historyQueries struct{ write, release, trim, read, readThinned, readSince string }
 
 func newHistoryQueries(schema string) historyQueries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema, "aa_console_sample"}.Sanitize(),
@@ -134,6 +140,7 @@ func newHistoryQueries(schema string) historyQueries {
 				RETURNING owner)
 			INSERT INTO {s} (at, instance, sample) SELECT $3, owner, $4 FROM lease
 			ON CONFLICT (at) DO NOTHING`),
+		release: r.Replace(`DELETE FROM {l} WHERE owner = $1`),
 		// Oldest first through the primary key, at most historyMaxTrim rows.
 		trim: r.Replace(`
 			DELETE FROM {s} WHERE at IN (
@@ -169,7 +176,7 @@ func (h *History) Write(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	lease := 3 * h.cfg.Interval
+	lease := h.leaseTTL()
 	tag, err := h.db.Exec(ctx, h.q.write, h.cfg.Instance, lease.Seconds(), snap.At, body)
 	if err != nil {
 		return false, fmt.Errorf("write to aa_console_sample: %w", err)
@@ -185,6 +192,21 @@ func (h *History) Write(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// leaseTTL is how long the console lease lasts without a renewal: a writer
+// renews it with every sample, and a sample waits for a new lag snapshot,
+// which a slow read delays (lag.Sampler's duty cycle): 5 intervals, at least
+// 30 s. A relay that stops gives it up (Release); one that dies holds it
+// that long.
+func (h *History) leaseTTL() time.Duration { return max(5*h.cfg.Interval, 30*time.Second) }
+
+// Release gives the console lease up if this relay holds it.
+func (h *History) Release(ctx context.Context) error {
+	if _, err := h.db.Exec(ctx, h.q.release, h.cfg.Instance); err != nil {
+		return fmt.Errorf("release aa_console_lease: %w", err)
+	}
+	return nil
 }
 
 // Trim deletes samples older than the retention, historyMaxTrim rows per

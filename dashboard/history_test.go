@@ -30,8 +30,8 @@ func countRows(t *testing.T, db *testenv.DB, where string, args ...any) int {
 }
 
 // TestHistoryOneWriter runs two relays' histories over one schema: only the
-// lease holder writes while it renews; when it stops, the other takes over
-// after the lease expires, and both read the same samples.
+// lease holder writes while it renews; when it stops, the other takes over,
+// and both read the same samples.
 func TestHistoryOneWriter(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -62,7 +62,10 @@ func TestHistoryOneWriter(t *testing.T) {
 	if n := countRows(t, db, "instance = 'relay-a'"); n != 5 {
 		t.Fatalf("%d samples of relay-a, want 5", n)
 	}
-	// relay-a stops renewing: relay-b takes the lease once it expired.
+	// relay-a stops (and gives the lease up): relay-b takes over.
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		if _, err := smp.Sample(ctx); err != nil {
 			t.Fatal(err)
@@ -76,6 +79,22 @@ func TestHistoryOneWriter(t *testing.T) {
 	if n := countRows(t, db, "instance = 'relay-b'"); n != 1 {
 		t.Fatalf("%d samples of relay-b after the takeover, want 1", n)
 	}
+	// relay-b dies: its lease expires (here at once) and relay-a takes it back.
+	if _, err := smp.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Write(ctx); err != nil || w {
+		t.Fatalf("relay-a wrote %v (%v) while relay-b holds the lease", w, err)
+	}
+	if _, err := db.Pool.Exec(ctx, "UPDATE aa_console_lease SET expires_at = now() - interval '1 second'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := smp.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Write(ctx); err != nil || !w {
+		t.Fatalf("relay-a wrote %v (%v) after relay-b's lease expired", w, err)
+	}
 
 	// Both read the same history, oldest first, with the figures written
 	// (since: the samples are milliseconds apart here, which a range read
@@ -88,7 +107,7 @@ func TestHistoryOneWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sa) != 6 || len(sb) != 6 || sa[0].At != sb[0].At || sa[5].Instance != "relay-b" || !sa[0].At.Before(sa[5].At) {
+	if len(sa) != 7 || len(sb) != 7 || sa[0].At != sb[0].At || sa[5].Instance != "relay-b" || sa[6].Instance != "relay-a" || !sa[0].At.Before(sa[6].At) {
 		t.Fatalf("histories differ or are out of order: %d and %d samples", len(sa), len(sb))
 	}
 	c := sa[0].Consumers["search"]
@@ -100,8 +119,8 @@ func TestHistoryOneWriter(t *testing.T) {
 	}
 	// since returns the newer samples only.
 	newer, _, err := a.Read(ctx, time.Hour, sa[3].At)
-	if err != nil || len(newer) != 2 {
-		t.Fatalf("since: %d samples, %v; want 2", len(newer), err)
+	if err != nil || len(newer) != 3 {
+		t.Fatalf("since: %d samples, %v; want 3", len(newer), err)
 	}
 }
 

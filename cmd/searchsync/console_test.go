@@ -3,18 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -312,4 +317,177 @@ func newTestSampler(db *testenv.DB) *lag.Sampler {
 	}
 	routes := []config.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}}}
 	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
+}
+
+// TestConsoleActions runs a relay with an operator token over an outbox
+// with two failed events: a retry from the page in headless Chromium makes
+// the first flow (the relay delivers it: checked in the database) and is
+// recorded in aa_job with who did it; an action without the token, with a
+// wrong one, with the token in the URL, or from another site (a form posted
+// by another origin's page in the same browser, and requests carrying the
+// token with a foreign Origin or Sec-Fetch-Site) changes nothing.
+func TestConsoleActions(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	var delivered atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delivered.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
+	const token = "op-token-5e3c9a"
+	tokenFile := filepath.Join(t.TempDir(), "operator-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ids [2]int64
+	for i := range ids {
+		if err := db.Pool.QueryRow(ctx, `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
+			VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version": 1, "name": "Ada"}', 'failed', 3, 'webhook: HTTP 500 from the endpoint')
+			RETURNING id`, uuid.New()).Scan(&ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := testenv.FreeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+http: {listen: %q, operator_token: "file:%s"}
+relay: {poll_interval: 200ms}
+consumers:
+  - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
+routes:
+  - {consumer: crm-hook, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema, addr, tokenFile, hook.URL))
+	startRelay(t, cfg, addr)
+	status := func(id int64) string {
+		t.Helper()
+		var s string
+		err := db.Pool.QueryRow(ctx, "SELECT status::text FROM aa_outbox_event WHERE id = $1", id).Scan(&s)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "gone"
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	jobs := func() int {
+		t.Helper()
+		var n int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM aa_job WHERE job_kind IN ('outbox_retry', 'outbox_ack')").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Refused: the event stays failed, no aa_job row.
+	base := "http://" + addr + "/api/events/" + strconv.FormatInt(ids[1], 10)
+	for _, c := range []struct {
+		name    string
+		url     string
+		headers map[string]string
+		want    int
+	}{
+		{"no token", base + "/retry", nil, http.StatusUnauthorized},
+		{"wrong token", base + "/ack", map[string]string{dashboard.TokenHeader: "guess"}, http.StatusUnauthorized},
+		{"token in the URL", base + "/retry?token=" + token, nil, http.StatusUnauthorized},
+		{"foreign Origin", base + "/retry", map[string]string{dashboard.TokenHeader: token, "Origin": "http://evil.example"}, http.StatusForbidden},
+		{"cross-site fetch", base + "/ack", map[string]string{dashboard.TokenHeader: token, "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"same-site other port", base + "/ack", map[string]string{dashboard.TokenHeader: token, "Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"}, http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, c.url, nil)
+		for k, v := range c.headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body dashboard.Error
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want || body.Error == "" || strings.Contains(body.Error, token) {
+			t.Errorf("%s: %d %q, want %d with a reason (and never the token)", c.name, resp.StatusCode, body.Error, c.want)
+		}
+	}
+
+	bctx := openBrowser(t, "http://"+addr+"/")
+	// A classic cross-site request: another origin's page posts to the
+	// console in the same browser (a simple request, which needs no
+	// preflight; one carrying the token header would need one, which the
+	// console does not answer).
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<title>evil</title><script>
+fetch(%q, {method: "POST", mode: "no-cors", body: "x", headers: {"Content-Type": "text/plain"}}).then(() => { document.title = "posted"; }, (e) => { document.title = "error " + e; });
+</script>`, base+"/retry")
+	}))
+	t.Cleanup(evil.Close)
+	evilCtx, cancelEvil := chromedp.NewContext(bctx)
+	if _, err := chromedp.Run(evilCtx, chromedp.Navigate(evil.URL)); err != nil {
+		t.Fatal(err)
+	}
+	var title string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		title, _ = chromedp.Run(evilCtx, chromedp.Title())
+		return title == "posted"
+	}, "the other site's page never posted: %q", title)
+	cancelEvil()
+	if s, n := status(ids[1]), jobs(); s != "failed" || n != 0 {
+		t.Fatalf("after the refused requests: event %d %s, %d aa_job rows; want failed, 0", ids[1], s, n)
+	}
+
+	// The page lists both failed events; retry the first with the token.
+	rowsText := func() string {
+		s, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#events tbody")))
+		return s
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s := rowsText()
+		return strings.Contains(s, strconv.FormatInt(ids[0], 10)) && strings.Contains(s, strconv.FormatInt(ids[1], 10)) && strings.Contains(s, "HTTP 500")
+	}, "the events table never listed the failed events: %q", rowsText())
+	// One event's page: the whole row, its payload pretty-printed.
+	if _, err := chromedp.Run(bctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[data-open="%d"]`, ids[0])))); err != nil {
+		t.Fatal(err)
+	}
+	var detail string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		detail, _ = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#detailjson")))
+		return strings.Contains(detail, `"name": "Ada"`) && strings.Contains(detail, `"last_error": "webhook: HTTP 500 from the endpoint"`)
+	}, "the event's page never showed its row: %q", detail)
+	// Without the token the page refuses before asking the relay.
+	if _, err := chromedp.Run(bctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#events button[data-act="retry"][data-id="%d"]`, ids[0])))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.SendKeys(chromedp.CSS("#operator"), "ada")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.SendKeys(chromedp.CSS("#token"), token)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#events button[data-act="retry"][data-id="%d"]`, ids[0])))); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		msg, _ = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#actionmsg")))
+		return strings.Contains(msg, "recorded as job")
+	}, "the retry never answered: %q", msg)
+	// The relay delivers it: dispatched (or compacted away), the webhook called.
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		s := status(ids[0])
+		return (s == "dispatched" || s == "gone") && delivered.Load() > 0
+	}, "the retried event never flowed: %s", status(ids[0]))
+	var owner string
+	if err := db.Pool.QueryRow(ctx, "SELECT owner FROM aa_job WHERE job_kind = 'outbox_retry'").Scan(&owner); err != nil || owner != "console:ada" {
+		t.Errorf("aa_job owner %q (%v), want console:ada", owner, err)
+	}
+	if s, n := status(ids[1]), jobs(); s != "failed" || n != 1 {
+		t.Errorf("the other event is %s with %d aa_job rows; want failed, 1", s, n)
+	}
+	if out := os.Getenv("SEARCHSYNC_CONSOLE_ACTIONS_SCREENSHOT"); out != "" {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err == nil {
+			_ = os.WriteFile(out, png, 0o644)
+		}
+	}
 }

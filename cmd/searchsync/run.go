@@ -80,6 +80,9 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	}
 
 	obs := newObserver(cfg, pool, logger)
+	if err := obs.newEvents(cfg, pool); err != nil {
+		return err
+	}
 	consumers, err := buildConsumers(ctx, cfg, pool, obs, logger)
 	defer func() {
 		for _, cons := range consumers {

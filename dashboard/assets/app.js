@@ -74,8 +74,8 @@ async function refresh() {
   $("heldnone").hidden = h.length > 0;
   $("held").hidden = h.length === 0;
   rows("held", h, (r) => [r.consumer, r.cause, r.aggregates, r.events, r.failed, age(r.since), r.head, r.why], true, (r) => r.cause);
-  rows("failures", s.failures, (f) => [f.id, f.event_type, f.aggregate_type + "/" + (f.aggregate_id || "–"), f.attempts, f.last_error], true);
-  rows("blockedtbl", s.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.status, b.waiting, (b.consumers || []).join(", ") || "–", b.last_error], true);
+  actionsEnabled(st.actions);
+  consumerOptions(s.consumers);
   rows("partitions", st.partitions, (p) => [p.owner, (p.partitions || []).length + " (" + (p.partitions || []).join(",") + ")", new Date(p.heartbeat).toLocaleTimeString()]);
 }
 
@@ -153,6 +153,117 @@ function drawCharts() {
   draw("latencychart", lat, "seconds");
 }
 
+// Event pages: /api/events (filters, paging by after_id), /api/events/{id},
+// /api/blocked; actions POST /api/events/{id}/retry|ack with the token in a
+// header (never in a URL), loaded on demand, not at every refresh.
+const ev = {after: 0, next: 0, actions: false, blockedOffset: 0};
+
+function actionsEnabled(on) {
+  ev.actions = !!on;
+  $("actionsbar").hidden = !ev.actions;
+  $("token").value = $("token").value || sessionStorage.getItem("searchsync-token") || "";
+  $("operator").value = $("operator").value || sessionStorage.getItem("searchsync-operator") || "";
+}
+
+function consumerOptions(consumers) {
+  const sel = $("f-consumer"), names = (consumers || []).map((c) => c.name);
+  const have = [...sel.options].map((o) => o.value).slice(1);
+  if (have.join() === names.join()) return;
+  const cur = sel.value;
+  sel.innerHTML = '<option value="">any</option>' + names.map((n) => `<option>${esc(n)}</option>`).join("");
+  sel.value = cur;
+}
+
+function filterQuery() {
+  const q = new URLSearchParams();
+  if ($("f-consumer").value) q.set("consumer", $("f-consumer").value);
+  if ($("f-type").value.trim()) q.set("event_type", $("f-type").value.trim());
+  return q;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, {cache: "no-store"});
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || "HTTP " + r.status);
+  return body;
+}
+
+async function loadEvents() {
+  const q = filterQuery();
+  q.set("status", $("f-status").value);
+  if (ev.after) q.set("after_id", ev.after);
+  let page;
+  try { page = await getJSON("api/events?" + q); } catch (e) { msg("events: " + e.message, false); return; }
+  ev.next = page.next_after_id;
+  $("f-next").hidden = !ev.next;
+  $("f-first").hidden = !ev.after;
+  $("eventsnone").hidden = page.events.length > 0;
+  $("events").querySelector("tbody").innerHTML = page.events.map((e) => {
+    const err = e.last_error || (e.deliveries || []).map((d) => d.last_error && d.consumer + ": " + d.last_error).filter(Boolean).join("; ");
+    return `<tr><td><a data-open="${e.id}">${e.id}</a></td><td>${esc(e.event_type)}</td><td>${esc(e.aggregate_type + "/" + (e.aggregate_id || "–"))}</td>` +
+      `<td>${esc(e.status)}</td><td>${e.attempts}</td><td class="err" title="${esc(err)}">${esc(err)}</td><td>${actButtons(e)}</td></tr>`;
+  }).join("");
+  loadBlocked();
+}
+
+async function loadBlocked() {
+  const q = filterQuery();
+  q.set("offset", ev.blockedOffset);
+  let page;
+  try { page = await getJSON("api/blocked?" + q); } catch (e) { return; }
+  $("blockedinfo").textContent = page.total + " blocked" + (page.total > page.listed ? ", the oldest " + page.listed + " listed" : "");
+  $("b-more").hidden = !page.next_offset;
+  ev.blockedNext = page.next_offset;
+  rows("blockedtbl", page.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.event_type, b.status, b.waiting, (b.consumers || []).join(", ") || "–", b.last_error], true);
+}
+
+function actButtons(e) {
+  if (!ev.actions || e.status !== "failed") return "";
+  return `<button class="act" data-act="retry" data-id="${e.id}">Retry</button><button class="act" data-act="ack" data-id="${e.id}">Ack</button>`;
+}
+
+function msg(text, ok) {
+  $("actionmsg").textContent = text;
+  $("actionmsg").className = ok ? "okmsg" : "errmsg";
+}
+
+async function openEvent(id) {
+  let d;
+  try { d = await getJSON("api/events/" + id); } catch (e) { msg("event " + id + ": " + e.message, false); return; }
+  $("detail").hidden = false;
+  $("detailtitle").textContent = "Event " + id + " · " + d.event.event_type + " · " + d.event.status;
+  $("detailacts").innerHTML = actButtons(d.event);
+  $("detailjson").textContent = JSON.stringify(d.event, null, 2);
+  rows("waiting", d.waiting, (w) => [w.id, w.event_type, w.status, new Date(w.created_at).toLocaleString()]);
+}
+
+async function act(action, id) {
+  const token = $("token").value;
+  if (!token) { msg("enter the operator token first", false); return; }
+  sessionStorage.setItem("searchsync-token", token);
+  sessionStorage.setItem("searchsync-operator", $("operator").value);
+  const r = await fetch("api/events/" + id + "/" + action, {method: "POST", cache: "no-store",
+    headers: {"Content-Type": "application/json", "X-Searchsync-Token": token, "X-Searchsync-Operator": $("operator").value || "console"},
+    body: "{}"});
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) { msg(action + " of event " + id + " refused: " + (body.error || "HTTP " + r.status), false); return; }
+  msg(action + " of event " + id + ": " + body.count + " event(s) changed" + (body.job_id ? ", recorded as job " + body.job_id : "") +
+    ((body.events || [])[0] ? " (" + body.events[0].outcome + ")" : ""), true);
+  loadEvents();
+  if (!$("detail").hidden) openEvent(id);
+}
+
+document.addEventListener("click", (e) => {
+  const t = e.target;
+  if (t.dataset.open) openEvent(t.dataset.open);
+  if (t.dataset.act) act(t.dataset.act, t.dataset.id);
+});
+$("f-apply").addEventListener("click", () => { ev.after = 0; ev.blockedOffset = 0; loadEvents(); });
+$("f-next").addEventListener("click", () => { ev.after = ev.next; loadEvents(); });
+$("f-first").addEventListener("click", () => { ev.after = 0; loadEvents(); });
+$("b-more").addEventListener("click", () => { ev.blockedOffset = ev.blockedNext; loadBlocked(); });
+$("detailclose").addEventListener("click", () => { $("detail").hidden = true; });
+
 let busy = false;
 async function tick() {
   if (busy) return;
@@ -180,5 +291,5 @@ for (const b of document.querySelectorAll("#ranges button")) {
   });
 }
 
-tick();
+tick().then(loadEvents);
 setInterval(tick, 2000);
