@@ -1,12 +1,13 @@
-// Package dashboard serves the relay's live dashboard: one page (assets
-// embedded, no CDN) that polls /api/state and shows the deliverable lag now
-// (the headline "Lag now": the oldest event a running consumer could be given)
-// and over the last hour per consumer, throughput, backlog, per consumer and
-// index the deliverable lag and backlog, a separate panel of what is blocked
-// (by cause: failed, backing_off, paused), failed or paused with since and why,
-// failures with their last errors, blocked aggregates, drift warnings and
-// partitions per instance. The figures are the lag.Sampler's, the same the
-// /metrics gauges export.
+// Package dashboard owns the relay's operator console: one page (assets
+// embedded, uPlot vendored, no CDN) and the JSON API behind it
+// (docs/console.md). It shows the lag.Sampler's figures (the same /metrics
+// exports): the deliverable lag now, per consumer and index the deliverable
+// lag and backlog, what is blocked by cause (failed, backing_off, paused),
+// failures, blocked aggregates, drift warnings and partitions per instance;
+// charts of the history that History keeps in PostgreSQL
+// (aa_console_sample, written by one relay at a time); event pages; and,
+// when an operator token is configured, retry and ack of one event through
+// outbox.Admin, the CLI's code.
 package dashboard
 
 import (

@@ -164,12 +164,13 @@ func newHistoryQueries(schema string) historyQueries {
 // writer also deletes expired rows (Trim).
 func (h *History) Write(ctx context.Context) (bool, error) {
 	snap := h.sampler.Last()
+	if snap == nil || !snap.At.After(h.lastAt) {
+		return false, nil
+	}
+	// The percentiles of what was delivered since the previous sample.
 	var lat map[string]metrics.Quantiles
 	if h.cfg.Latency != nil {
 		lat = h.cfg.Latency()
-	}
-	if snap == nil || !snap.At.After(h.lastAt) {
-		return false, nil
 	}
 	s := sampleOf(snap, lat)
 	body, err := json.Marshal(s)

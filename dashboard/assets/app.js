@@ -81,17 +81,27 @@ async function refresh() {
 
 // The history: samples of /api/history for the selected range, extended with
 // the newer ones at every refresh (?since=).
-const hist = {range: "1h", samples: [], loading: null};
+const hist = {range: "1h", samples: [], gen: 0};
 const palette = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f"];
 // The uPlot instances by chart id; tests inspect them.
 window.consoleCharts = {};
 
-async function loadHistory() {
-  const last = hist.samples[hist.samples.length - 1];
+// loadHistory runs one load at a time, each after the previous one, so that
+// none reads the samples another is about to append.
+let historyChain = Promise.resolve();
+function loadHistory() {
+  const p = historyChain.then(loadHistoryOnce);
+  historyChain = p.catch(() => {});
+  return p;
+}
+
+async function loadHistoryOnce() {
+  const last = hist.samples[hist.samples.length - 1], gen = hist.gen;
   const q = last ? "&since=" + encodeURIComponent(last.at) : "";
   const r = await fetch("api/history?range=" + hist.range + q, {cache: "no-store"});
   if (!r.ok) throw new Error("history: HTTP " + r.status);
   const h = await r.json();
+  if (gen !== hist.gen) return; // the range changed meanwhile
   hist.samples = hist.samples.concat(h.samples || []);
   const from = Date.now() / 1000 - {"1h": 3600, "6h": 21600, "24h": 86400}[hist.range];
   while (hist.samples.length && new Date(hist.samples[0].at).getTime() / 1000 < from) hist.samples.shift();
@@ -285,9 +295,9 @@ for (const b of document.querySelectorAll("#ranges button")) {
   b.addEventListener("click", () => {
     hist.range = b.dataset.range;
     hist.samples = [];
-    busy = false;
+    hist.gen++;
     for (const o of document.querySelectorAll("#ranges button")) o.classList.toggle("on", o === b);
-    tick();
+    loadHistory().then(drawCharts, () => {});
   });
 }
 
