@@ -1,18 +1,21 @@
-// Package dashboard serves the relay's live dashboard: one page (assets
-// embedded, no CDN) that polls /api/state and shows the deliverable lag now
-// (the headline "Lag now": the oldest event a running consumer could be given)
-// and over the last hour per consumer, throughput, backlog, per consumer and
-// index the deliverable lag and backlog, a separate panel of what is blocked
-// (by cause: failed, backing_off, paused), failed or paused with since and why,
-// failures with their last errors, blocked aggregates, drift warnings and
-// partitions per instance. The figures are the lag.Sampler's, the same the
-// /metrics gauges export.
+// Package dashboard owns the relay's operator console: one page (assets
+// embedded, uPlot vendored, no CDN) and the JSON API behind it
+// (docs/console.md). It shows the lag.Sampler's figures (the same /metrics
+// exports): the deliverable lag now, per consumer and index the deliverable
+// lag and backlog, what is blocked by cause (failed, backing_off, paused),
+// failures, blocked aggregates, drift warnings and partitions per instance;
+// charts of the history that History keeps in PostgreSQL
+// (aa_console_sample, written by one relay at a time); event pages; and,
+// when an operator token is configured, retry and ack of one event through
+// outbox.Admin, the CLI's code.
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -44,6 +47,10 @@ type Source struct {
 	// Engine is how the relay reaches the search engine (nil: no search
 	// consumer). It names the auth method, never a secret.
 	Engine *Engine
+	// History serves /api/history (nil: the endpoint answers 503).
+	History *History
+	// Events serves the event pages and the actions (nil: they answer 503).
+	Events *Events
 	Logger *slog.Logger
 }
 
@@ -64,10 +71,11 @@ type Engine struct {
 type State struct {
 	Instance   string        `json:"instance"`
 	Snapshot   *lag.Snapshot `json:"snapshot"`
-	History    []lag.Point   `json:"history"`
 	Drift      []string      `json:"drift"`
 	Partitions []Partition   `json:"partitions"`
 	Engine     *Engine       `json:"engine,omitempty"`
+	// Actions is true when retry and ack are enabled (http.operator_token).
+	Actions bool `json:"actions"`
 }
 
 // Handler serves the page at / and its data at /api/state.
@@ -76,7 +84,8 @@ func Handler(src Source) http.Handler {
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, r *http.Request) {
-		st := State{Instance: src.Instance, Snapshot: src.Sampler.Last(), History: src.Sampler.History(), Drift: []string{}, Engine: src.Engine}
+		st := State{Instance: src.Instance, Snapshot: src.Sampler.Last(), Drift: []string{}, Engine: src.Engine,
+			Actions: src.Events != nil && !src.Events.Token.IsZero()}
 		if src.Drift != nil {
 			st.Drift = append(st.Drift, src.Drift()...)
 		}
@@ -87,9 +96,76 @@ func Handler(src Source) http.Handler {
 			}
 			st.Partitions = p
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(st) // a failed write means the client went away: nothing to tell it
+		writeJSON(w, http.StatusOK, st)
 	})
+	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) { serveHistory(w, r, src) })
+	src.registerEvents(mux)
 	return mux
+}
+
+// Ranges are the spans /api/history serves.
+var Ranges = map[string]time.Duration{"1h": time.Hour, "6h": 6 * time.Hour, "24h": 24 * time.Hour}
+
+// HistoryResponse is the JSON of /api/history.
+type HistoryResponse struct {
+	Range string `json:"range"`
+	// StepSeconds is the time between two samples of the answer (samples
+	// are thinned to at most 720 per range); IntervalSeconds the time
+	// between two written samples.
+	StepSeconds     float64  `json:"step_seconds"`
+	IntervalSeconds float64  `json:"interval_seconds"`
+	Samples         []Sample `json:"samples"`
+}
+
+func serveHistory(w http.ResponseWriter, r *http.Request, src Source) {
+	if src.History == nil {
+		writeError(w, http.StatusServiceUnavailable, "history is not kept by this process")
+		return
+	}
+	rng := cmp.Or(r.URL.Query().Get("range"), "1h")
+	span, ok := Ranges[rng]
+	if !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("range %q: want 1h, 6h or 24h", rng))
+		return
+	}
+	var since time.Time
+	if s := r.URL.Query().Get("since"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("since %q: want an RFC 3339 time", s))
+			return
+		}
+		since = t
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	samples, step, err := src.History.Read(ctx, span, since)
+	if err != nil {
+		if src.Logger != nil {
+			src.Logger.Warn("dashboard: history", "err", err)
+		}
+		writeError(w, http.StatusInternalServerError, "reading the history failed; see the relay's log")
+		return
+	}
+	if samples == nil {
+		samples = []Sample{}
+	}
+	writeJSON(w, http.StatusOK, HistoryResponse{Range: rng, StepSeconds: step.Seconds(),
+		IntervalSeconds: src.History.Interval().Seconds(), Samples: samples})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v) // a failed write means the client went away: nothing to tell it
+}
+
+// Error is the JSON of every refused or failed /api request.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, Error{Error: msg})
 }

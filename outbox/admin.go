@@ -107,6 +107,9 @@ type Filter struct {
 	AggregateID   *uuid.UUID
 	// Since and Until bound created_at: Since <= created_at < Until.
 	Since, Until time.Time
+	// AfterID selects events with a greater id only: the next page of a
+	// listing after its last event. 0: no bound.
+	AfterID int64
 	// Limit bounds the events selected (oldest id first). 0: no bound.
 	Limit int
 }
@@ -118,8 +121,8 @@ func (f Filter) Narrows() bool {
 		!f.Since.IsZero() || !f.Until.IsZero()
 }
 
-// args are the filter's positional parameters $1…$7 of filterSQL followed by
-// the limit ($8). With a consumer, the statuses are the consumer's states and
+// args are the filter's positional parameters $1…$8 of filterSQL followed by
+// the limit ($9). With a consumer, the statuses are the consumer's states and
 // do not go into $2.
 func (f Filter) args() []any {
 	var ids []int64
@@ -147,7 +150,11 @@ func (f Filter) args() []any {
 	if f.Limit > 0 {
 		limit = &f.Limit
 	}
-	return []any{ids, statuses, opt(f.EventType), opt(f.AggregateType), f.AggregateID, optTime(f.Since), optTime(f.Until), limit}
+	var after *int64
+	if f.AfterID > 0 {
+		after = &f.AfterID
+	}
+	return []any{ids, statuses, opt(f.EventType), opt(f.AggregateType), f.AggregateID, optTime(f.Since), optTime(f.Until), after, limit}
 }
 
 func (f Filter) statusStrings() []string {
@@ -178,7 +185,7 @@ func globToLike(p string) string {
 }
 
 // filterSQL is the WHERE clause of every selection, on the events aliased e;
-// its parameters are Filter.args ($1…$7; $8 is the LIMIT of the statement).
+// its parameters are Filter.args ($1…$8; $9 is the LIMIT of the statement).
 const filterSQL = `
     ($1::bigint[] IS NULL OR e.id = ANY($1))
 AND ($2::text[] IS NULL OR e.status::text = ANY($2))
@@ -186,7 +193,8 @@ AND ($3::text IS NULL OR e.event_type LIKE $3)
 AND ($4::text IS NULL OR e.aggregate_type LIKE $4)
 AND ($5::uuid IS NULL OR e.aggregate_id = $5)
 AND ($6::timestamptz IS NULL OR e.created_at >= $6)
-AND ($7::timestamptz IS NULL OR e.created_at < $7)`
+AND ($7::timestamptz IS NULL OR e.created_at < $7)
+AND ($8::bigint IS NULL OR e.id > $8)`
 
 const eventColumns = `id, tenant_id, event_type, schema_version, aggregate_type, aggregate_id, audit_log_id,
 correlation_id, payload, status::text, attempts, last_error, available_at, dispatched_at, created_at, created_by`
@@ -221,40 +229,40 @@ FROM blocked b
 ORDER BY b.id
 LIMIT $1`
 
-	listSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + ` ORDER BY id LIMIT $8`
+	listSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + ` ORDER BY id LIMIT $9`
 
-	// selectStatusSQL is the selection of an ack (and a dry run's): $9 are the
+	// selectStatusSQL is the selection of an ack (and a dry run's): $10 are the
 	// statuses the action applies to.
 	selectStatusSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL +
-		` AND e.status::text = ANY($9) ORDER BY id LIMIT $8`
+		` AND e.status::text = ANY($10) ORDER BY id LIMIT $9`
 
 	// selectRetrySQL is the selection of an unqualified retry: failed events
 	// and events with a failed delivery row.
 	selectRetrySQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + `
 AND (e.status = 'failed' OR EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state = 'failed'))
-ORDER BY id LIMIT $8`
+ORDER BY id LIMIT $9`
 
 	// routedPairsSQL lists the (event_type, aggregate_type) pairs of the
-	// events without delivery rows whose status is one of $8: the caller
+	// events without delivery rows whose status is one of $9: the caller
 	// keeps those routed to the consumer and passes them to selectOwedSQL.
 	routedPairsSQL = `SELECT DISTINCT e.event_type, e.aggregate_type FROM {t} e WHERE ` + filterSQL + `
-AND e.status::text = ANY($8) AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)`
+AND e.status::text = ANY($9) AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)`
 
-	// selectOwedSQL selects what consumer $9 owes in the states $10: its
+	// selectOwedSQL selects what consumer $10 owes in the states $11: its
 	// delivery rows in those states, and the events without delivery rows in
 	// those statuses whose (event_type, aggregate_type) is one of the routed
-	// pairs ($11, $12).
+	// pairs ($12, $13).
 	selectOwedSQL = `
 WITH owed AS (
-    SELECT d.event_id AS id FROM {d} d WHERE d.consumer = $9 AND d.state = ANY($10)
+    SELECT d.event_id AS id FROM {d} d WHERE d.consumer = $10 AND d.state = ANY($11)
     UNION ALL
     SELECT o.id FROM {t} o
-    WHERE o.status::text = ANY($10)
-      AND (o.event_type, o.aggregate_type) IN (SELECT * FROM unnest($11::text[], $12::text[]))
+    WHERE o.status::text = ANY($11)
+      AND (o.event_type, o.aggregate_type) IN (SELECT * FROM unnest($12::text[], $13::text[]))
       AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = o.id)
 )
 SELECT ` + eventColumns + ` FROM {t} e WHERE e.id IN (SELECT id FROM owed) AND ` + filterSQL + `
-ORDER BY id LIMIT $8`
+ORDER BY id LIMIT $9`
 
 	deliveriesSQL = `
 SELECT event_id, consumer, state, attempts, last_error, available_at, delivered_at

@@ -149,7 +149,7 @@ func (a *Admin) selectOwed(ctx context.Context, db DB, f Filter, states []string
 		return nil, err
 	}
 	args := f.args()
-	rows, err := db.Query(ctx, a.q.routedPairs, append(slices.Clone(args[:7]), states)...)
+	rows, err := db.Query(ctx, a.q.routedPairs, append(slices.Clone(args[:8]), states)...)
 	if err != nil {
 		return nil, fmt.Errorf("kinds of events routed to %s: %w", f.Consumer, err)
 	}

@@ -98,7 +98,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defs, projections := customerIndex(t, alias)
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
-http: {listen: %q}
+http: {listen: %q, sample_interval: 500ms, history_interval: 1s}
 relay: {poll_interval: 200ms}
 engine: {urls: [%q]}
 indexes: {definitions: %q, projections: [%q]}
@@ -181,14 +181,18 @@ routes:
 	// Every metric the provisioned Grafana dashboard queries is exported.
 	checkGrafanaMetrics(t, addr)
 
-	// The README's screenshot.
-	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The README's screenshot, with some history drawn.
 	out := filepath.Join(t.TempDir(), "dashboard.png")
 	if os.Getenv("SEARCHSYNC_UPDATE_SCREENSHOT") != "" {
 		out = "../../docs/dashboard.png"
+		testenv.Eventually(t, 3*time.Minute, func() bool {
+			c := chart(t, bctx, "lagchart")
+			return c != nil && len(c.Xs) >= 12
+		}, "the lag chart never drew 12 samples")
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
@@ -215,7 +219,23 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test"}))
+	// Half an hour of history in which the poison blocks search throughout
+	// and crm-hook was paused 5 minutes ago; the console reads it.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO aa_console_sample (at, instance, sample)
+		SELECT now() - make_interval(secs => g * 10), 'test', jsonb_build_object('lag', round((2.5 + sin(g / 6.0))::numeric, 3), 'rate', round((45 + 10 * sin(g / 9.0))::numeric, 3),
+			'pending', 5, 'failed', 1, 'blocked', 1, 'consumers', jsonb_build_object(
+			'search', jsonb_build_object('indexes', jsonb_build_array('customers'), 'lag', round((2.5 + sin(g / 6.0))::numeric, 3), 'blocked', 1, 'blocked_events', 1,
+				'latency', jsonb_build_object('n', 300, 'p50', round((0.09 + 0.02 * sin(g / 5.0))::numeric, 3), 'p95', 0.3, 'p99', round((0.6 + 0.1 * sin(g / 7.0))::numeric, 3))),
+			'crm-hook', CASE WHEN g <= 30 THEN jsonb_build_object('lag', 0, 'blocked', 1, 'blocked_events', 1, 'paused', true)
+				ELSE jsonb_build_object('lag', round((1.5 + 0.5 * sin(g / 4.0))::numeric, 3), 'blocked', 1, 'blocked_events', 1,
+				'latency', jsonb_build_object('n', 300, 'p50', 0.05, 'p95', 0.1, 'p99', round((0.25 + 0.05 * sin(g / 3.0))::numeric, 3))) END))
+		FROM generate_series(1, 180) g`); err != nil {
+		t.Fatal(err)
+	}
+	hist := dashboard.NewHistory(db.Pool, smp, dashboard.HistoryConfig{Schema: db.Schema, Instance: "test"}, nil)
+	// No operator token: the console is read-only.
+	events := &dashboard.Events{Admin: outbox.NewAdmin(db.Schema).WithRouting(routing(&config.Config{Consumers: consumers, Routes: routes})), DB: db.Pool}
+	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", History: hist, Events: events}))
 	t.Cleanup(srv.Close)
 
 	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
@@ -261,6 +281,18 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	}
 	if c := text("#consumers tbody"); !strings.Contains(c, "paused 5m") || !strings.Contains(c, "– (paused)") {
 		t.Errorf("consumer table:\n%s", c)
+	}
+	// The events panel lists the poison, without actions (no token).
+	var evRows string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		evRows = text("#events tbody")
+		return strings.Contains(evRows, "mapper_parsing_exception")
+	}, "the events panel never listed the poison: %q", evRows)
+	if n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#events button[data-act]").length + (getComputedStyle(document.getElementById("actionsbar")).display === "none" ? 0 : 1)`)); err != nil || n != 0 {
+		t.Errorf("%d action controls on a read-only console (%v)", n, err)
+	}
+	if b := text("#blockedtbl tbody"); !strings.Contains(b, "mapper_parsing_exception") || !strings.Contains(b, "search") {
+		t.Errorf("blocked aggregates:\n%s", b)
 	}
 	if out := os.Getenv("SEARCHSYNC_STUCK_SCREENSHOT"); out != "" {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))

@@ -17,6 +17,7 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/metrics"
 	"github.com/searchsync/searchsync/lag"
+	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -29,15 +30,37 @@ type observer struct {
 	sampler *lag.Sampler
 	drift   func() []string
 	engine  *dashboard.Engine
+	history *dashboard.History
+	events  *dashboard.Events
 }
 
 func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reader := lag.NewReader(pool, cfg.Database.Schema, cfg.Consumers, cfg.Routes)
-	sampler := lag.NewSampler(reader, lag.SamplerConfig{}, logger)
+	sampler := lag.NewSampler(reader, lag.SamplerConfig{Interval: cfg.HTTP.SampleInterval}, logger)
 	reg.MustRegister(lag.NewCollector(sampler))
 	return &observer{reg: reg, metrics: metrics.New(reg), sampler: sampler, engine: engineInfo(cfg)}
+}
+
+// newHistory sets up the console's history (aa_console_sample), written
+// from the sampler's snapshots with this process's commit → delivered
+// percentiles.
+func (o *observer) newHistory(cfg *config.Config, pool *pgxpool.Pool, instance string, logger *slog.Logger) {
+	o.history = dashboard.NewHistory(pool, o.sampler, dashboard.HistoryConfig{Schema: cfg.Database.Schema, Instance: instance,
+		Interval: cfg.HTTP.HistoryInterval, Retention: cfg.HTTP.HistoryRetention, Latency: o.metrics.LatencyWindow().Since}, logger)
+}
+
+// newEvents sets up the console's event pages and actions: the CLI's
+// operator code (outbox.Admin with the configured routing), enabled for
+// actions when http.operator_token is set.
+func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool) error {
+	tok, err := cfg.HTTP.OperatorToken.Resolve("http.operator_token")
+	if err != nil {
+		return err
+	}
+	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(routing(cfg)), DB: pool, Token: tok}
+	return nil
 }
 
 // instrument wraps every consumer with metrics.
@@ -74,6 +97,8 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 		Instance:   r.InstanceID(),
 		Drift:      o.drift,
 		Engine:     o.engine,
+		History:    o.history,
+		Events:     o.events,
 		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) { return partitionOwners(ctx, pool, schema) },
 		Logger:     logger,
 	}))

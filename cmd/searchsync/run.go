@@ -80,6 +80,9 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	}
 
 	obs := newObserver(cfg, pool, logger)
+	if err := obs.newEvents(cfg, pool); err != nil {
+		return err
+	}
 	consumers, err := buildConsumers(ctx, cfg, pool, obs, logger)
 	defer func() {
 		for _, cons := range consumers {
@@ -109,7 +112,9 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	if err != nil {
 		return err
 	}
-	background := []actor{{name: "lag sampler", run: func(ctx context.Context) error { obs.sampler.Run(ctx); return nil }}}
+	obs.newHistory(cfg, pool, r.InstanceID(), logger)
+	background := []actor{{name: "lag sampler", run: func(ctx context.Context) error { obs.sampler.Run(ctx); return nil }},
+		{name: "console history", run: func(ctx context.Context) error { obs.history.Run(ctx); return nil }}}
 	if sched := compaction.NewScheduler(comp); cfg.Compaction.Interval >= 0 {
 		background = append(background, actor{name: "compaction scheduler", run: sched.Run})
 	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns

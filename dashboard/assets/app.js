@@ -1,4 +1,5 @@
-// Polls /api/state and renders it; no dependencies.
+// Polls /api/state and /api/history and renders them; the charts are uPlot's
+// (vendor/uPlot.iife.min.js, embedded).
 "use strict";
 const $ = (id) => document.getElementById(id);
 const fmt = (n, d = 1) => (n === undefined || n === null) ? "–" : Number(n).toFixed(d);
@@ -9,7 +10,7 @@ const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<"
 function rows(id, items, cells, errLast = false, cls = () => "") {
   $(id).querySelector("tbody").innerHTML = (items || []).map((it) => {
     const cs = cells(it), c = cls(it);
-    return `<tr${c ? ` class="${esc(c)}"` : ""}>` + cs.map((c, i) => `<td${errLast && i === cs.length - 1 ? ' class="err"' : ""}>${esc(c)}</td>`).join("") + "</tr>";
+    return `<tr${c ? ` class="${esc(c)}"` : ""}>` + cs.map((c, i) => `<td${errLast && i === cs.length - 1 ? ` class="err" title="${esc(c)}"` : ""}>${esc(c)}</td>`).join("") + "</tr>";
   }).join("");
 }
 
@@ -37,19 +38,6 @@ function held(consumers) {
     }
   }
   return out;
-}
-
-function chart(svg, points, series) {
-  const w = 800, h = svg.viewBox.baseVal.height, pad = 4;
-  if (!points.length) { svg.innerHTML = ""; return; }
-  const t0 = new Date(points[0].at).getTime(), t1 = new Date(points[points.length - 1].at).getTime();
-  let ymax = 1;
-  for (const s of series) for (const p of points) ymax = Math.max(ymax, s.value(p));
-  const x = (p) => pad + (w - 2 * pad) * ((new Date(p.at).getTime() - t0) / Math.max(1, t1 - t0));
-  const y = (v) => h - pad - (h - 2 * pad) * (v / ymax);
-  svg.innerHTML = series.map((s) =>
-    `<polyline fill="none" stroke="${s.color}" stroke-width="2" points="${points.map((p) => `${x(p).toFixed(1)},${y(s.value(p)).toFixed(1)}`).join(" ")}"/>`).join("") +
-    `<text x="6" y="14" font-size="12" fill="#6b7280">max ${fmt(ymax)}</text>`;
 }
 
 async function refresh() {
@@ -86,15 +74,232 @@ async function refresh() {
   $("heldnone").hidden = h.length > 0;
   $("held").hidden = h.length === 0;
   rows("held", h, (r) => [r.consumer, r.cause, r.aggregates, r.events, r.failed, age(r.since), r.head, r.why], true, (r) => r.cause);
-  rows("failures", s.failures, (f) => [f.id, f.event_type, f.aggregate_type + "/" + (f.aggregate_id || "–"), f.attempts, f.last_error], true);
-  rows("blockedtbl", s.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.status, b.waiting, (b.consumers || []).join(", ") || "–", b.last_error], true);
+  actionsEnabled(st.actions);
+  consumerOptions(s.consumers);
   rows("partitions", st.partitions, (p) => [p.owner, (p.partitions || []).length + " (" + (p.partitions || []).join(",") + ")", new Date(p.heartbeat).toLocaleTimeString()]);
-  const colors = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed"];
-  const names = Object.keys((st.history[st.history.length - 1] || {}).consumer_lag_seconds || {});
-  chart($("lagchart"), st.history, [{color: "#111827", value: (p) => p.deliverable_lag_seconds || 0}]
-    .concat(names.map((n, i) => ({color: colors[i % colors.length], value: (p) => (p.consumer_lag_seconds || {})[n] || 0}))));
-  chart($("ratechart"), st.history, [{color: "#059669", value: (p) => p.delivered_per_second}]);
 }
 
-refresh();
-setInterval(refresh, 2000);
+// The history: samples of /api/history for the selected range, extended with
+// the newer ones at every refresh (?since=).
+const hist = {range: "1h", samples: [], gen: 0};
+const palette = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f"];
+// The uPlot instances by chart id; tests inspect them.
+window.consoleCharts = {};
+
+// loadHistory runs one load at a time, each after the previous one, so that
+// none reads the samples another is about to append.
+let historyChain = Promise.resolve();
+function loadHistory() {
+  const p = historyChain.then(loadHistoryOnce);
+  historyChain = p.catch(() => {});
+  return p;
+}
+
+async function loadHistoryOnce() {
+  const last = hist.samples[hist.samples.length - 1], gen = hist.gen;
+  const q = last ? "&since=" + encodeURIComponent(last.at) : "";
+  const r = await fetch("api/history?range=" + hist.range + q, {cache: "no-store"});
+  if (!r.ok) throw new Error("history: HTTP " + r.status);
+  const h = await r.json();
+  if (gen !== hist.gen) return; // the range changed meanwhile
+  hist.samples = hist.samples.concat(h.samples || []);
+  const from = Date.now() / 1000 - {"1h": 3600, "6h": 21600, "24h": 86400}[hist.range];
+  while (hist.samples.length && new Date(hist.samples[0].at).getTime() / 1000 < from) hist.samples.shift();
+  $("histinfo").textContent = hist.samples.length + " samples · one every " + h.interval_seconds + " s" +
+    (h.step_seconds > h.interval_seconds ? " (shown every " + h.step_seconds + " s)" : "") + " · kept in PostgreSQL";
+}
+
+// lines names the lines of a per-consumer chart from the newest sample: one
+// per index of a search consumer, one per other consumer.
+function lines(samples) {
+  const out = [];
+  const names = new Set();
+  for (const s of samples) for (const n of Object.keys(s.consumers || {})) names.add(n);
+  const newest = {};
+  for (const s of samples) for (const [n, c] of Object.entries(s.consumers || {})) newest[n] = c;
+  for (const n of [...names].sort()) {
+    const idx = (newest[n] && newest[n].indexes) || [];
+    if (idx.length) for (const i of idx) out.push({label: "index " + i + " (" + n + ")", consumer: n});
+    else out.push({label: "consumer " + n, consumer: n});
+  }
+  return out;
+}
+
+// draw creates or updates the uPlot chart in the element id with one line per
+// entry of defs (label, value(sample) → number or null).
+function draw(id, defs, unit) {
+  const el = $(id), xs = hist.samples.map((s) => new Date(s.at).getTime() / 1000);
+  const data = [xs].concat(defs.map((d) => hist.samples.map((s) => { const v = d.value(s); return v === undefined ? null : v; })));
+  const key = defs.map((d) => d.label).join("|");
+  let u = window.consoleCharts[id];
+  if (u && u.key === key) { u.setData(data); return; }
+  if (u) u.destroy();
+  el.innerHTML = "";
+  u = new uPlot({
+    width: Math.max(300, el.clientWidth || 800), height: 200,
+    scales: {x: {time: true}, y: {range: (u, min, max) => [0, Math.max(1, max * 1.1)]}},
+    axes: [{}, {label: unit, size: 60}],
+    legend: {live: true},
+    series: [{label: "time"}].concat(defs.map((d, i) => ({label: d.label, stroke: d.color || palette[i % palette.length], width: 2, spanGaps: false, dash: d.dash || undefined,
+      value: (u, v) => v === null || v === undefined ? "–" : fmt(v, 2)}))),
+  }, data, el);
+  u.key = key;
+  window.consoleCharts[id] = u;
+}
+
+function drawCharts() {
+  const ls = lines(hist.samples);
+  const cons = (s, l) => (s.consumers || {})[l.consumer];
+  draw("lagchart", ls.map((l) => ({label: l.label, value: (s) => { const c = cons(s, l); return c ? c.lag : null; }})), "seconds");
+  draw("blockedchart", ls.map((l) => ({label: l.label, value: (s) => { const c = cons(s, l); return c ? c.blocked : null; }})), "aggregates");
+  draw("ratechart", [{label: "delivered (all relays)", color: "#059669", value: (s) => s.rate}], "events/s");
+  const names = [...new Set(ls.map((l) => l.consumer))];
+  const lat = [];
+  names.forEach((n, i) => {
+    for (const [p, dash] of [["p50", null], ["p99", [6, 4]]]) {
+      lat.push({label: n + " " + p, color: palette[i % palette.length], value: (s) => { const c = (s.consumers || {})[n]; return c && c.latency ? c.latency[p] : null; }, dash});
+    }
+  });
+  draw("latencychart", lat, "seconds");
+}
+
+// Event pages: /api/events (filters, paging by after_id), /api/events/{id},
+// /api/blocked; actions POST /api/events/{id}/retry|ack with the token in a
+// header (never in a URL), loaded on demand, not at every refresh.
+const ev = {after: 0, next: 0, actions: false, blockedOffset: 0};
+
+function actionsEnabled(on) {
+  ev.actions = !!on;
+  $("actionsbar").hidden = !ev.actions;
+  $("token").value = $("token").value || sessionStorage.getItem("searchsync-token") || "";
+  $("operator").value = $("operator").value || sessionStorage.getItem("searchsync-operator") || "";
+}
+
+function consumerOptions(consumers) {
+  const sel = $("f-consumer"), names = (consumers || []).map((c) => c.name);
+  const have = [...sel.options].map((o) => o.value).slice(1);
+  if (have.join() === names.join()) return;
+  const cur = sel.value;
+  sel.innerHTML = '<option value="">any</option>' + names.map((n) => `<option>${esc(n)}</option>`).join("");
+  sel.value = cur;
+}
+
+function filterQuery() {
+  const q = new URLSearchParams();
+  if ($("f-consumer").value) q.set("consumer", $("f-consumer").value);
+  if ($("f-type").value.trim()) q.set("event_type", $("f-type").value.trim());
+  return q;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, {cache: "no-store"});
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || "HTTP " + r.status);
+  return body;
+}
+
+async function loadEvents() {
+  const q = filterQuery();
+  q.set("status", $("f-status").value);
+  if (ev.after) q.set("after_id", ev.after);
+  let page;
+  try { page = await getJSON("api/events?" + q); } catch (e) { msg("events: " + e.message, false); return; }
+  ev.next = page.next_after_id;
+  $("f-next").hidden = !ev.next;
+  $("f-first").hidden = !ev.after;
+  $("eventsnone").hidden = page.events.length > 0;
+  $("events").querySelector("tbody").innerHTML = page.events.map((e) => {
+    const err = e.last_error || (e.deliveries || []).map((d) => d.last_error && d.consumer + ": " + d.last_error).filter(Boolean).join("; ");
+    return `<tr><td><a data-open="${e.id}">${e.id}</a></td><td>${esc(e.event_type)}</td><td>${esc(e.aggregate_type + "/" + (e.aggregate_id || "–"))}</td>` +
+      `<td>${esc(e.status)}</td><td>${e.attempts}</td><td class="err" title="${esc(err)}">${esc(err)}</td><td>${actButtons(e)}</td></tr>`;
+  }).join("");
+  loadBlocked();
+}
+
+async function loadBlocked() {
+  const q = filterQuery();
+  q.set("offset", ev.blockedOffset);
+  let page;
+  try { page = await getJSON("api/blocked?" + q); } catch (e) { return; }
+  $("blockedinfo").textContent = page.total + " blocked" + (page.total > page.listed ? ", the oldest " + page.listed + " listed" : "");
+  $("b-more").hidden = !page.next_offset;
+  ev.blockedNext = page.next_offset;
+  rows("blockedtbl", page.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.event_type, b.status, b.waiting, (b.consumers || []).join(", ") || "–", b.last_error], true);
+}
+
+function actButtons(e) {
+  if (!ev.actions || e.status !== "failed") return "";
+  return `<button class="act" data-act="retry" data-id="${e.id}">Retry</button><button class="act" data-act="ack" data-id="${e.id}">Ack</button>`;
+}
+
+function msg(text, ok) {
+  $("actionmsg").textContent = text;
+  $("actionmsg").className = ok ? "okmsg" : "errmsg";
+}
+
+async function openEvent(id) {
+  let d;
+  try { d = await getJSON("api/events/" + id); } catch (e) { msg("event " + id + ": " + e.message, false); return; }
+  $("detail").hidden = false;
+  $("detailtitle").textContent = "Event " + id + " · " + d.event.event_type + " · " + d.event.status;
+  $("detailacts").innerHTML = actButtons(d.event);
+  $("detailjson").textContent = JSON.stringify(d.event, null, 2);
+  rows("waiting", d.waiting, (w) => [w.id, w.event_type, w.status, new Date(w.created_at).toLocaleString()]);
+}
+
+async function act(action, id) {
+  const token = $("token").value;
+  if (!token) { msg("enter the operator token first", false); return; }
+  sessionStorage.setItem("searchsync-token", token);
+  sessionStorage.setItem("searchsync-operator", $("operator").value);
+  const r = await fetch("api/events/" + id + "/" + action, {method: "POST", cache: "no-store",
+    headers: {"Content-Type": "application/json", "X-Searchsync-Token": token, "X-Searchsync-Operator": $("operator").value || "console"},
+    body: "{}"});
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) { msg(action + " of event " + id + " refused: " + (body.error || "HTTP " + r.status), false); return; }
+  msg(action + " of event " + id + ": " + body.count + " event(s) changed" + (body.job_id ? ", recorded as job " + body.job_id : "") +
+    ((body.events || [])[0] ? " (" + body.events[0].outcome + ")" : ""), true);
+  loadEvents();
+  if (!$("detail").hidden) openEvent(id);
+}
+
+document.addEventListener("click", (e) => {
+  const t = e.target;
+  if (t.dataset.open) openEvent(t.dataset.open);
+  if (t.dataset.act) act(t.dataset.act, t.dataset.id);
+});
+$("f-apply").addEventListener("click", () => { ev.after = 0; ev.blockedOffset = 0; loadEvents(); });
+$("f-next").addEventListener("click", () => { ev.after = ev.next; loadEvents(); });
+$("f-first").addEventListener("click", () => { ev.after = 0; loadEvents(); });
+$("b-more").addEventListener("click", () => { ev.blockedOffset = ev.blockedNext; loadBlocked(); });
+$("detailclose").addEventListener("click", () => { $("detail").hidden = true; });
+
+let busy = false;
+async function tick() {
+  if (busy) return;
+  busy = true;
+  try { await tickOnce(); } finally { busy = false; }
+}
+
+async function tickOnce() {
+  await refresh();
+  try {
+    await loadHistory();
+    drawCharts();
+  } catch (e) {
+    $("histinfo").textContent = "history unavailable: " + e.message;
+  }
+}
+
+for (const b of document.querySelectorAll("#ranges button")) {
+  b.addEventListener("click", () => {
+    hist.range = b.dataset.range;
+    hist.samples = [];
+    hist.gen++;
+    for (const o of document.querySelectorAll("#ranges button")) o.classList.toggle("on", o === b);
+    loadHistory().then(drawCharts, () => {});
+  });
+}
+
+tick().then(loadEvents);
+setInterval(tick, 2000);

@@ -125,6 +125,18 @@ type Backoff struct {
 type HTTP struct {
 	// Listen is host:port. Default "127.0.0.1:8080". Env SEARCHSYNC_HTTP_LISTEN.
 	Listen string `yaml:"listen"`
+	// SampleInterval is how often the lag figures are read from the outbox
+	// (the dashboard's "now", /metrics' gauges). Default 2s.
+	SampleInterval time.Duration `yaml:"sample_interval"`
+	// HistoryInterval is how often one relay writes a sample of them to
+	// aa_console_sample, the console's history. Default 10s.
+	HistoryInterval time.Duration `yaml:"history_interval"`
+	// HistoryRetention is how long samples are kept. Default 24h.
+	HistoryRetention time.Duration `yaml:"history_retention"`
+	// OperatorToken enables the console's actions (retry, acknowledge):
+	// a request must carry it in the X-Searchsync-Token header. A secret
+	// (env:NAME, file:PATH). Default none: the console is read-only.
+	OperatorToken secret.Ref `yaml:"operator_token"`
 }
 
 // Log configures log/slog output.
@@ -415,6 +427,9 @@ func (c *Config) setDefaults() {
 	c.Database.MaxConns = cmp.Or(c.Database.MaxConns, 10)
 	c.setPackageDefaults() // relay and compaction: their packages own the defaults
 	c.HTTP.Listen = cmp.Or(c.HTTP.Listen, "127.0.0.1:8080")
+	c.HTTP.SampleInterval = cmp.Or(c.HTTP.SampleInterval, 2*time.Second)
+	c.HTTP.HistoryInterval = cmp.Or(c.HTTP.HistoryInterval, 10*time.Second)
+	c.HTTP.HistoryRetention = cmp.Or(c.HTTP.HistoryRetention, 24*time.Hour)
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
 	c.Engine = c.Engine.WithDefaults()
@@ -450,6 +465,15 @@ func (c *Config) Validate() error {
 	c.validatePackages(v) // relay and compaction: their packages own the checks
 	if _, _, err := splitHostPort(c.HTTP.Listen); err != nil {
 		v.add("http.listen", err.Error())
+	}
+	v.positiveDur("http.sample_interval", c.HTTP.SampleInterval)
+	v.positiveDur("http.history_interval", c.HTTP.HistoryInterval)
+	v.positiveDur("http.history_retention", c.HTTP.HistoryRetention)
+	if c.HTTP.HistoryRetention > 0 && c.HTTP.HistoryRetention < c.HTTP.HistoryInterval {
+		v.add("http.history_retention", "must not be below http.history_interval")
+	}
+	if err := c.HTTP.OperatorToken.Check("http.operator_token"); err != nil {
+		v.add("http.operator_token", reasonOf(err))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -1,0 +1,327 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/searchsync/searchsync/internal/secret"
+	"github.com/searchsync/searchsync/lag"
+	"github.com/searchsync/searchsync/outbox"
+)
+
+// Operator actions (docs/console.md, "Actions"): the token travels in
+// TokenHeader, the operator's name in OperatorHeader.
+const (
+	TokenHeader    = "X-Searchsync-Token"
+	OperatorHeader = "X-Searchsync-Operator"
+)
+
+// Events is what the event pages and the actions need: the outbox's operator
+// code (the CLI's: `searchsync outbox list|retry|ack`) and a pool.
+type Events struct {
+	Admin *outbox.Admin
+	DB    outbox.DB
+	// Token enables the actions; zero: the console is read-only.
+	Token secret.Value
+}
+
+// EventsPage is the JSON of GET /api/events.
+type EventsPage struct {
+	Events []outbox.Listed `json:"events"`
+	// NextAfterID is the after_id of the next page, 0 on the last one.
+	NextAfterID int64 `json:"next_after_id"`
+}
+
+// EventDetail is the JSON of GET /api/events/{id}.
+type EventDetail struct {
+	Event *outbox.Listed `json:"event"`
+	// Waiting are the pending events of its aggregate after it (at most 20).
+	Waiting []outbox.Listed `json:"waiting"`
+}
+
+// BlockedPage is the JSON of GET /api/blocked.
+type BlockedPage struct {
+	Blocked []lag.Blocked `json:"blocked"`
+	// Total counts the blocked aggregates; Listed how many the relay's
+	// sample lists (the oldest heads), which paging covers.
+	Total      int64 `json:"total"`
+	Listed     int   `json:"listed"`
+	NextOffset int   `json:"next_offset"`
+}
+
+const (
+	defaultPage = 50
+	maxPage     = 200
+)
+
+func (src Source) registerEvents(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/events", src.listEvents)
+	mux.HandleFunc("GET /api/events/{id}", src.getEvent)
+	mux.HandleFunc("GET /api/blocked", src.listBlocked)
+	mux.HandleFunc("POST /api/events/{id}/retry", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "retry") })
+	mux.HandleFunc("POST /api/events/{id}/ack", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "ack") })
+}
+
+// queryInt reads a non-negative integer parameter (def when absent).
+func queryInt(q url.Values, key string, def int) (int, error) {
+	s := q.Get(key)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s %q: want a non-negative integer", key, s)
+	}
+	return n, nil
+}
+
+func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
+	if src.Events == nil {
+		writeError(w, http.StatusServiceUnavailable, "event pages are not served by this process")
+		return
+	}
+	q := r.URL.Query()
+	limit, err := queryInt(q, "limit", defaultPage)
+	if err == nil && (limit < 1 || limit > maxPage) {
+		err = fmt.Errorf("limit %d: want 1 to %d", limit, maxPage)
+	}
+	after := 0
+	if err == nil {
+		after, err = queryInt(q, "after_id", 0)
+	}
+	f := outbox.Filter{Consumer: q.Get("consumer"), EventType: q.Get("event_type"), AggregateType: q.Get("aggregate_type"),
+		AfterID: int64(after), Limit: limit + 1}
+	if err == nil {
+		st := outbox.Status(q.Get("status"))
+		switch st {
+		case "":
+			f.Statuses = []outbox.Status{outbox.StatusFailed}
+		case outbox.StatusFailed, outbox.StatusPending:
+			f.Statuses = []outbox.Status{st}
+		default:
+			err = fmt.Errorf("status %q: want failed or pending", st)
+		}
+	}
+	if err == nil && f.Consumer != "" {
+		err = src.Events.Admin.CheckConsumer(f.Consumer)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	evs, err := src.Events.Admin.List(ctx, src.Events.DB, f)
+	if err != nil {
+		src.fail(w, "list events", err)
+		return
+	}
+	page := EventsPage{Events: evs}
+	if len(evs) > limit {
+		page.Events = evs[:limit]
+		page.NextAfterID = evs[limit-1].ID
+	}
+	for i := range page.Events {
+		page.Events[i].Payload = nil // one event's page shows it
+	}
+	if page.Events == nil {
+		page.Events = []outbox.Listed{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (src Source) getEvent(w http.ResponseWriter, r *http.Request) {
+	if src.Events == nil {
+		writeError(w, http.StatusServiceUnavailable, "event pages are not served by this process")
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("event id %q: want a positive integer", r.PathValue("id")))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	evs, err := src.Events.Admin.List(ctx, src.Events.DB, outbox.Filter{IDs: []int64{id}, Limit: 1})
+	if err != nil {
+		src.fail(w, "read an event", err)
+		return
+	}
+	if len(evs) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("event %d is not in the outbox (delivered and compacted, acknowledged, or never written)", id))
+		return
+	}
+	d := EventDetail{Event: &evs[0], Waiting: []outbox.Listed{}}
+	if e := evs[0]; e.AggregateID != nil {
+		waiting, err := src.Events.Admin.List(ctx, src.Events.DB, outbox.Filter{AggregateType: globEscape(e.AggregateType), AggregateID: e.AggregateID,
+			Statuses: []outbox.Status{outbox.StatusPending}, AfterID: e.ID, Limit: 20})
+		if err != nil {
+			src.fail(w, "read an aggregate's events", err)
+			return
+		}
+		for i := range waiting {
+			waiting[i].Payload = nil
+		}
+		d.Waiting = append(d.Waiting, waiting...)
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// globEscape makes a literal aggregate type a Filter pattern that matches
+// only itself (* and ? are wildcards there).
+func globEscape(s string) string {
+	if strings.ContainsAny(s, "*?") {
+		return "" // cannot be escaped; the aggregate id alone selects it
+	}
+	return s
+}
+
+func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := queryInt(q, "limit", defaultPage)
+	if err == nil && (limit < 1 || limit > maxPage) {
+		err = fmt.Errorf("limit %d: want 1 to %d", limit, maxPage)
+	}
+	offset := 0
+	if err == nil {
+		offset, err = queryInt(q, "offset", 0)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	page := BlockedPage{Blocked: []lag.Blocked{}}
+	snap := src.Sampler.Last()
+	if snap != nil {
+		consumer, etype := q.Get("consumer"), q.Get("event_type")
+		var all []lag.Blocked
+		for _, b := range snap.Blocked {
+			if consumer != "" && !slices.Contains(b.Consumers, consumer) {
+				continue
+			}
+			if ok, _ := path.Match(etype, b.EventType); etype != "" && !ok {
+				continue
+			}
+			all = append(all, b)
+		}
+		page.Total, page.Listed = snap.BlockedCount, len(snap.Blocked)
+		if offset < len(all) {
+			end := min(len(all), offset+limit)
+			page.Blocked = append(page.Blocked, all[offset:end]...)
+			if end < len(all) {
+				page.NextOffset = end
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// ActionRequest is the optional JSON body of a retry or ack.
+type ActionRequest struct {
+	// Consumer limits the action to one consumer's delivery (as the CLI's
+	// --consumer); "" for the event as a whole.
+	Consumer string `json:"consumer"`
+	// Note is recorded with the action in aa_job.
+	Note string `json:"note"`
+}
+
+// act runs a retry or ack of one event through the CLI's code path
+// (outbox.Admin.Retry/Ack, recorded in aa_job), after refusing cross-site
+// requests and requests without the operator token.
+func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
+	if src.Events == nil || src.Events.Token.IsZero() {
+		writeError(w, http.StatusForbidden, "actions are disabled: configure http.operator_token to enable them")
+		return
+	}
+	if why := crossSite(r); why != "" {
+		writeError(w, http.StatusForbidden, "cross-site request refused: "+why)
+		return
+	}
+	got := r.Header.Get(TokenHeader)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(src.Events.Token.Reveal())) != 1 {
+		writeError(w, http.StatusUnauthorized, "the operator token (header "+TokenHeader+") is missing or wrong")
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("event id %q: want a positive integer", r.PathValue("id")))
+		return
+	}
+	var req ActionRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	if req.Consumer != "" {
+		if err := src.Events.Admin.CheckConsumer(req.Consumer); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	who := strings.TrimSpace(r.Header.Get(OperatorHeader))
+	if who == "" {
+		who = "anonymous"
+	}
+	if len(who) > 100 {
+		who = who[:100]
+	}
+	opts := outbox.ChangeOptions{By: "console:" + who, Note: req.Note}
+	f := outbox.Filter{IDs: []int64{id}, Consumer: req.Consumer}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	var ch *outbox.Change
+	if action == "retry" {
+		ch, err = src.Events.Admin.Retry(ctx, src.Events.DB, f, opts)
+	} else {
+		ch, err = src.Events.Admin.Ack(ctx, src.Events.DB, f, opts)
+	}
+	if err != nil {
+		src.fail(w, action+" an event", err)
+		return
+	}
+	if src.Logger != nil {
+		src.Logger.Info("console: operator action", "action", action, "event_id", id, "consumer", req.Consumer, "by", opts.By, "count", ch.Count, "job_id", ch.JobID)
+	}
+	writeJSON(w, http.StatusOK, ch)
+}
+
+// crossSite says why r may come from another site's page ("" when it does
+// not): browsers send Sec-Fetch-Site (same-origin, or none for what the user
+// typed) and, on a POST, Origin, which must be this listener's.
+func crossSite(r *http.Request) string {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		return "Sec-Fetch-Site is " + s
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host || (u.Scheme != "http" && u.Scheme != "https") {
+			return "Origin " + o + " is not " + r.Host
+		}
+	}
+	return ""
+}
+
+func (src Source) fail(w http.ResponseWriter, what string, err error) {
+	var uc *outbox.UnknownConsumerError
+	if errors.As(err, &uc) {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if src.Logger != nil {
+		src.Logger.Warn("console: "+what, "err", err)
+	}
+	writeError(w, http.StatusInternalServerError, what+" failed: "+err.Error())
+}
