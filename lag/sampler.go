@@ -8,46 +8,26 @@ import (
 	"time"
 )
 
-// Point is one sample of the history the dashboard draws.
-type Point struct {
-	At               time.Time `json:"at"`
-	Pending          int64     `json:"pending"`
-	Failed           int64     `json:"failed"`
-	OldestPendingAge float64   `json:"oldest_pending_age_seconds"`
-	DeliverableLag   float64   `json:"deliverable_lag_seconds"`
-	DeliveredRate    float64   `json:"delivered_per_second"`
-	// ConsumerLag is each consumer's deliverable lag; ConsumerBlocked its
-	// blocked aggregates (all causes but paused), ConsumerPaused 1 while it
-	// is paused.
-	ConsumerLag     map[string]float64 `json:"consumer_lag_seconds"`
-	ConsumerBlocked map[string]int64   `json:"consumer_blocked_aggregates"`
-	ConsumerPaused  map[string]int     `json:"consumer_paused"`
-}
-
 // SamplerConfig configures a Sampler.
 type SamplerConfig struct {
 	// Interval between samples. Default 2s.
 	Interval time.Duration
-	// History is how much history is kept. Default 1h.
-	History time.Duration
 }
 
-// Sampler keeps a current Snapshot and the last hour of Points. It is safe for
-// concurrent use.
+// Sampler keeps a current Snapshot (the history the console draws is kept in
+// PostgreSQL by package dashboard). It is safe for concurrent use.
 type Sampler struct {
 	r      *Reader
 	cfg    SamplerConfig
 	logger *slog.Logger
 
-	mu      sync.RWMutex
-	last    *Snapshot
-	history []Point
+	mu   sync.RWMutex
+	last *Snapshot
 }
 
 // NewSampler returns a Sampler over r.
 func NewSampler(r *Reader, cfg SamplerConfig, logger *slog.Logger) *Sampler {
 	cfg.Interval = cmp.Or(cfg.Interval, 2*time.Second)
-	cfg.History = cmp.Or(cfg.History, time.Hour)
 	return &Sampler{r: r, cfg: cfg, logger: logger}
 }
 
@@ -74,7 +54,7 @@ func (s *Sampler) Run(ctx context.Context) {
 // after the previous one started.
 const maxDuty = 5
 
-// Sample takes a snapshot now, records it in the history and returns it.
+// Sample takes a snapshot now, keeps it as the latest and returns it.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	snap, err := s.r.Read(ctx)
 	if err != nil {
@@ -89,24 +69,6 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 		}
 	}
 	s.last = snap
-	pt := Point{At: snap.At, Pending: snap.Pending, Failed: snap.Failed, OldestPendingAge: snap.OldestPendingAge,
-		DeliverableLag: snap.DeliverableLag, DeliveredRate: snap.DeliveredRate,
-		ConsumerLag: map[string]float64{}, ConsumerBlocked: map[string]int64{}, ConsumerPaused: map[string]int{}}
-	for _, c := range snap.Consumers {
-		pt.ConsumerLag[c.Name] = c.DeliverableLag
-		pt.ConsumerBlocked[c.Name] = c.Blocked.Failed.Aggregates + c.Blocked.BackingOff.Aggregates
-		if c.Paused != nil {
-			pt.ConsumerPaused[c.Name] = 1
-		} else {
-			pt.ConsumerPaused[c.Name] = 0
-		}
-	}
-	s.history = append(s.history, pt)
-	cut := 0
-	for cut < len(s.history) && snap.At.Sub(s.history[cut].At) > s.cfg.History {
-		cut++
-	}
-	s.history = s.history[cut:]
 	return snap, nil
 }
 
@@ -115,11 +77,4 @@ func (s *Sampler) Last() *Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.last
-}
-
-// History returns a copy of the kept points, oldest first.
-func (s *Sampler) History() []Point {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return append([]Point(nil), s.history...)
 }

@@ -16,8 +16,9 @@ CREATE TABLE aa_console_sample (
 );
 
 -- The single row that says which relay writes the samples. A relay takes it
--- when it is free or expired (3 history intervals without a renewal) and
--- renews it with every sample it writes, in the same statement.
+-- when it is free or expired (5 history intervals without a renewal, at
+-- least 30 s) and renews it with every sample it writes, in the same
+-- statement.
 CREATE TABLE aa_console_lease (
     id         smallint    PRIMARY KEY DEFAULT 1,
     owner      text        NOT NULL,
