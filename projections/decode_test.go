@@ -65,6 +65,29 @@ func TestDecodeLikeEncodingJSON(t *testing.T) {
 	}
 }
 
+// Encode writes what json.Marshal writes, byte for byte.
+func TestEncodeLikeEncodingJSON(t *testing.T) {
+	for _, c := range decodeCases {
+		m, err := projections.Decode([]byte(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m["html"] = "<b>&</b>"
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := projections.Encode(m)
+		if err != nil {
+			t.Errorf("%s: %v", c, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", c, got, want)
+		}
+	}
+}
+
 // BenchmarkDecode compares Decode with the encoding/json decoding it
 // replaced, on the spec's payload shape.
 func BenchmarkDecode(b *testing.B) {

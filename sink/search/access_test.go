@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -41,7 +42,9 @@ func securityAPI(t *testing.T, method, path string, body any) {
 		b, _ = json.Marshal(body)
 	}
 	// PUT and DELETE are idempotent: a request a loaded node did not answer
-	// within the client's 30 s is sent again, for up to 2 minutes.
+	// within the client's 30 s is sent again, and so is one that met
+	// another test's change of the same security configuration (409: the
+	// plugin versions each configuration document), for up to 2 minutes.
 	var res *http.Response
 	for began := time.Now(); ; {
 		req, _ := http.NewRequest(method, sec.URL+"/_plugins/_security/api/"+path, bytes.NewReader(b))
@@ -49,10 +52,16 @@ func securityAPI(t *testing.T, method, path string, body any) {
 		req.Header.Set("Content-Type", "application/json")
 		res, err = hc.Do(req)
 		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || time.Since(began) > 2*time.Minute {
+		again := err != nil && errors.As(err, &ne) && ne.Timeout() || err == nil && res.StatusCode == http.StatusConflict
+		if !again || time.Since(began) > 2*time.Minute {
 			break
 		}
-		t.Logf("%s %s: %v; sending it again", method, path, err)
+		why := fmt.Sprint(err)
+		if err == nil {
+			why = res.Status
+			res.Body.Close()
+		}
+		t.Logf("%s %s: %s; sending it again", method, path, why)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ package search
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -621,7 +620,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 		op.Type = indexer.OpDelete
 	} else {
 		op.Type = indexer.OpIndex
-		doc, err := json.Marshal(state)
+		doc, err := projections.Encode(state)
 		if err != nil {
 			// Values come from decoded JSON; this cannot happen.
 			panic(fmt.Sprintf("indexer: document %s/%s does not encode: %v", t.alias, t.id, err))
