@@ -114,23 +114,33 @@ func (ep *endpoint) outOfOrder() int {
 }
 
 // duplicatesOutside counts the events that arrived more than once and
-// whose first arrival was not within the window before one of cuts: a
+// whose first arrival was not within the window around one of cuts: a
 // request the endpoint answered while its connection was cut (an outage
-// beginning) is sent again, as at-least-once delivery must.
-func (ep *endpoint) duplicatesOutside(window time.Duration, cuts ...time.Time) int {
+// beginning) is sent again, as at-least-once delivery must. The window
+// reaches 5 s past the cut as well: a request whose bytes were in the
+// endpoint's socket when the connection was cut is read and recorded after
+// the cut (on a loaded machine, seconds after), while no new request can
+// arrive during the outage (the proxy's listener and connections are
+// closed). It returns how many, and up to five of them as "id at +offset".
+func (ep *endpoint) duplicatesOutside(window time.Duration, cuts ...time.Time) (int, []string) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	const afterCut = 5 * time.Second
 	n := 0
+	var which []string
 	for id, c := range ep.count {
 		if c < 2 {
 			continue
 		}
 		at := ep.first[id]
-		if !slices.ContainsFunc(cuts, func(cut time.Time) bool { return !at.After(cut) && cut.Sub(at) <= window }) {
+		if !slices.ContainsFunc(cuts, func(cut time.Time) bool { return at.Sub(cut) <= afterCut && cut.Sub(at) <= window }) {
 			n += c - 1
+			if len(which) < 5 && len(cuts) > 0 {
+				which = append(which, fmt.Sprintf("%d first at %+.3fs from the cut, %d times", id, at.Sub(cuts[0]).Seconds(), c))
+			}
 		}
 	}
-	return n
+	return n, which
 }
 
 func (ep *endpoint) duplicates() int {

@@ -113,10 +113,10 @@ func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 	// outcomes the relay could not record because its lease expired
 	// meanwhile (a machine too loaded to renew it within lease_ttl; the
 	// relay counts those as fenced and delivers them again).
-	if n := w.hook.duplicatesOutside(10*time.Second, hookCut); n != 0 {
+	if n, which := w.hook.duplicatesOutside(10*time.Second, hookCut); n != 0 {
 		fenced, _ := w.metric("searchsync_events_total", `result="fenced"`)
 		if fenced == 0 {
-			t.Errorf("the endpoint received %d duplicates of events it did not receive just before its outage, and the relay fenced no outcome", n)
+			t.Errorf("the endpoint received %d duplicates of events it did not receive around its outage's beginning, and the relay fenced no outcome: %v", n, which)
 		} else {
 			t.Logf("%d duplicates outside the outage: the relay lost its lease %v events' outcomes (loaded machine)", n, fenced)
 		}

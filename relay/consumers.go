@@ -29,10 +29,13 @@ type consumers struct {
 	noProbe []bool
 	// kick makes run release held events at once (a consumer resumed).
 	kick chan struct{}
-	// gen counts this relay's own pauses and resumes, by consumer index: a
-	// refresh whose read began before one of them leaves that consumer
-	// alone (it read the state from before the change).
-	gen []uint64
+	// gen counts this relay's own pauses and resumes, by consumer index,
+	// and writing those whose write to aa_outbox_consumer is still under
+	// way: a refresh whose read overlapped one (gen moved meanwhile, or a
+	// write not yet committed) leaves that consumer alone, since what it
+	// read may be older than this relay's own change.
+	gen     []uint64
+	writing []int
 }
 
 // pauseState is one consumer's pause as this relay knows it.
@@ -69,6 +72,7 @@ func newConsumers(r *Relay) *consumers {
 	c.state = make([]pauseState, len(c.list))
 	c.noProbe = make([]bool, len(c.list))
 	c.gen = make([]uint64, len(c.list))
+	c.writing = make([]int, len(c.list))
 	c.kick = make(chan struct{}, 1)
 	return c
 }
@@ -108,6 +112,7 @@ func (c *consumers) pause(ctx context.Context, ci int, reason string, retryAfter
 	s := &c.state[ci]
 	first := !s.paused
 	c.gen[ci]++
+	c.writing[ci]++
 	s.paused, s.probing, s.reason = true, false, reason
 	if first {
 		s.since = time.Now()
@@ -141,6 +146,7 @@ func (c *consumers) resume(ctx context.Context, ci int, why string) {
 	was, since := s.paused, s.since
 	*s = pauseState{}
 	c.gen[ci]++
+	c.writing[ci]++
 	c.mu.Unlock()
 	if was {
 		cfg.Logger.Info("relay: consumer available again; resumed", "consumer", c.name(ci), "how", why,
@@ -159,12 +165,13 @@ func (c *consumers) resume(ctx context.Context, ci int, why string) {
 	c.r.Wake()
 }
 
-// bump marks consumer ci changed by this relay: once when its local state
-// changes and once when the database has the change, so that a refresh
-// whose read overlapped either is left out for it.
+// bump marks the write of consumer ci's local change done (committed or
+// failed): the counterpart of the gen and writing increments made with the
+// change.
 func (c *consumers) bump(ci int) {
 	c.mu.Lock()
 	c.gen[ci]++
+	c.writing[ci]--
 	c.mu.Unlock()
 }
 
@@ -262,9 +269,10 @@ func (c *consumers) refresh(ctx context.Context) error {
 	wake := false
 	c.mu.Lock()
 	for ci := range c.list {
-		if c.gen[ci] != gen[ci] {
-			// Paused or resumed here while the states were read: what
-			// was read is older than this relay's own change.
+		if c.gen[ci] != gen[ci] || c.writing[ci] > 0 {
+			// Paused or resumed here while the states were read, or the
+			// change not written yet: what was read may be older than
+			// this relay's own change.
 			continue
 		}
 		s := &c.state[ci]
