@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"strconv"
 
 	"strings"
 	"testing"
@@ -105,6 +106,14 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { pprof.StopCPUProfile(); out.Close() })
+		}
+		if v := os.Getenv("SEARCHSYNC_BENCH_IN_FLIGHT"); v != "" {
+			// relay.in_flight other than the default, to compare
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				b.Fatalf("SEARCHSYNC_BENCH_IN_FLIGHT=%q: %v", v, err)
+			}
+			cfg.InFlight = n
 		}
 		c0 := testenv.ReadCPU()
 		start := time.Now()
