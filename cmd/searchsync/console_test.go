@@ -113,21 +113,8 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(hook.Close)
 	alias := testenv.Name("console")
-	defs, projections := customerIndex(t, alias)
 	config := func(addr string) string {
-		return writeConfig(t, fmt.Sprintf(`
-database: {url: %q, schema: %s}
-http: {listen: %q, sample_interval: 200ms, history_interval: 300ms}
-relay: {poll_interval: 200ms}
-engine: {urls: [%q]}
-indexes: {definitions: %q, projections: [%q]}
-consumers:
-  - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
-  - {name: search, type: search, search: {indexes: [%s]}}
-routes:
-  - {consumer: crm-hook, event_types: ["entity.customer.*"]}
-  - {consumer: search, event_types: ["entity.customer.*"]}
-`, db.URL, db.Schema, addr, testenv.EngineURL(t), defs, projections, hook.URL, alias))
+		return hookAndSearchConfig(t, db, addr, hook.URL, alias, "sample_interval: 200ms, history_interval: 300ms")
 	}
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()

@@ -95,20 +95,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Cleanup(hook.Close)
 	addr := testenv.FreeAddr(t)
 	alias := testenv.Name("dash")
-	defs, projections := customerIndex(t, alias)
-	cfg := writeConfig(t, fmt.Sprintf(`
-database: {url: %q, schema: %s}
-http: {listen: %q, sample_interval: 500ms, history_interval: 1s}
-relay: {poll_interval: 200ms}
-engine: {urls: [%q]}
-indexes: {definitions: %q, projections: [%q]}
-consumers:
-  - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
-  - {name: search, type: search, search: {indexes: [%s]}}
-routes:
-  - {consumer: crm-hook, event_types: ["entity.customer.*"]}
-  - {consumer: search, event_types: ["entity.customer.*"]}
-`, db.URL, db.Schema, addr, testenv.EngineURL(t), defs, projections, hook.URL, alias))
+	cfg := hookAndSearchConfig(t, db, addr, hook.URL, alias, "sample_interval: 500ms, history_interval: 1s")
 	startRelay(t, cfg, addr)
 
 	// A steady load through the producer API for the whole test.
@@ -445,4 +432,26 @@ func (s stuck) seed(t *testing.T, db *testenv.DB) {
 	}
 	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
 		VALUES ($1, 'paused', now() - $2::interval, $3, $4)`, s.paused, s.pausedFor, s.pauseReason, s.probes)
+}
+
+// hookAndSearchConfig writes the configuration of a relay on db's schema
+// with a webhook consumer (crm-hook, to hookURL) and a search consumer of
+// the customer index alias, both on every customer event, serving HTTP on
+// addr with the given further http settings (flow style, e.g. intervals).
+func hookAndSearchConfig(t *testing.T, db *testenv.DB, addr, hookURL, alias, httpExtra string) string {
+	t.Helper()
+	defs, projections := customerIndex(t, alias)
+	return writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+http: {listen: %q, %s}
+relay: {poll_interval: 200ms}
+engine: {urls: [%q]}
+indexes: {definitions: %q, projections: [%q]}
+consumers:
+  - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
+  - {name: search, type: search, search: {indexes: [%s]}}
+routes:
+  - {consumer: crm-hook, event_types: ["entity.customer.*"]}
+  - {consumer: search, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema, addr, httpExtra, testenv.EngineURL(t), defs, projections, hookURL, alias))
 }
