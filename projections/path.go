@@ -13,7 +13,7 @@ import (
 
 // decoder decodes payloads and documents. Decoding them into maps was the
 // largest part of the consumer's CPU (issue #11's profile); bytedance/sonic
-// does it about four times as fast as encoding/json (BenchmarkDecode) with
+// does it about three times as fast as encoding/json (BenchmarkDecode) with
 // the same result (TestDecodeLikeEncodingJSON): numbers as json.Number, and
 // strings copied, never pointing into the input (pgx may reuse its buffers).
 var decoder = sonic.Config{UseNumber: true, CopyString: true}.Froze()

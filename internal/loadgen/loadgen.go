@@ -3,7 +3,8 @@
 // `after`), partial updates (`before`/`after` hold only what changed), deletes,
 // and bursts of many updates to one aggregate. Payloads follow the spec's
 // example shape (tenant_key, entity_type, entity_id, code, version, before,
-// after, actor); `version` counts per aggregate from 1.
+// after, actor); `version` counts per aggregate from 1. Workload is a fixed
+// mix of them (Realistic: the end-to-end benchmark's workload).
 package loadgen
 
 import (
