@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,7 +226,7 @@ relay:
 engine: {kind: opensearch, urls: ["http://%s"]}
 indexes: {definitions: defs, projections: [projections.yaml]}
 http: {listen: %q}
-log: {level: info, format: json}
+log: {level: %s, format: json}
 compaction: {interval: -1s}
 consumers:
   - {name: search, type: search, search: {indexes: [%s]}}
@@ -234,7 +236,7 @@ routes:
   - {consumer: search, event_types: ["entity.customer.*"]}
   - {consumer: hook, event_types: ["entity.customer.*"]}
   - {consumer: queue, event_types: ["entity.customer.*"]}
-`, w.db.URL, w.db.Schema, relay, w.engine.Addr, listen, w.alias, w.hookNet.Addr, secret, w.nats.URL, w.stream)
+`, w.db.URL, w.db.Schema, relay, w.engine.Addr, listen, cmp.Or(os.Getenv("SEARCHSYNC_E2E_LOG_LEVEL"), "info"), w.alias, w.hookNet.Addr, secret, w.nats.URL, w.stream)
 	w.listen = listen
 	w.cfg = filepath.Join(dir, "searchsync.yaml")
 	if err := os.WriteFile(w.cfg, []byte(cfg), 0o600); err != nil {
@@ -259,6 +261,25 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.Buffer.Write(p)
+}
+
+func (b *syncBuffer) Truncate(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.Buffer.Truncate(n)
+}
+
+// ownStacks keeps the goroutines of a Go stack dump that run searchsync's
+// own code, at most 24 kB of them.
+func ownStacks(dump string) string {
+	var b strings.Builder
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.Contains(g, "github.com/searchsync/searchsync/") && b.Len() < 24000 {
+			b.WriteString(g)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
 }
 
 func (b *syncBuffer) String() string {
@@ -300,6 +321,20 @@ func (w *world) runSlot(slot int, name string) *proc {
 		select {
 		case <-p.done:
 		default:
+			if w.t.Failed() {
+				// A relay still running when the test failed: its
+				// goroutines' stacks (SIGQUIT) say where it waits.
+				before := len(p.log.String())
+				p.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-p.done:
+				case <-time.After(5 * time.Second):
+				}
+				if s := p.log.String(); len(s) > before {
+					w.t.Logf("--- goroutines of %s in searchsync's code when the test failed:\n%s", name, ownStacks(s[before:]))
+					p.log.Truncate(before) // the log below ends where the test failed
+				}
+			}
 			p.cmd.Process.Kill()
 			<-p.done
 		}

@@ -626,15 +626,16 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) (evs []cla
 }
 
 // claimBatch runs a claim statement with sorts disabled for its
-// transaction (one round trip; SET LOCAL ends with the batch's implicit
-// transaction). The claim must walk the pending events in id order and stop
+// transaction (one round trip; the setting ends with the batch's implicit
+// transaction; set_config, since SET LOCAL would work too but log a warning
+// per claim in the server's log, outside an explicit transaction block). The claim must walk the pending events in id order and stop
 // at the batch size; with statistics that predate a burst (a new outbox, or
 // autovacuum not yet round) PostgreSQL takes the pending rows for a few and
 // plans to read and sort all of them instead: 280–470 ms per claim at 200,000
 // pending rows, against 2 ms for the walk.
 func claimBatch(q string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
-	b.Queue("SET LOCAL enable_sort = off")
+	b.Queue("SELECT set_config('enable_sort', 'off', true)")
 	b.Queue(q, args...)
 	return b
 }
