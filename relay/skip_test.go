@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // TestSkipReleasesTheAggregate: a poison head blocks its aggregate; the
@@ -21,12 +19,7 @@ func TestSkipReleasesTheAggregate(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	rc := newReceiver(t)
-	rc.setStatus(func(m sink.Message) int {
-		if m.EventType == "entity.customer.broken" {
-			return http.StatusUnprocessableEntity
-		}
-		return http.StatusOK
-	})
+	rc.setStatus(poisonBroken)
 	cfg := fast()
 	cfg.PollInterval = 30 * time.Second // the skip's NOTIFY must wake the relay
 	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
@@ -54,12 +47,7 @@ func TestSkipReleasesTheConsumer(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	a, b := newReceiver(t), newReceiver(t)
-	b.setStatus(func(m sink.Message) int {
-		if m.EventType == "entity.customer.broken" {
-			return http.StatusUnprocessableEntity
-		}
-		return http.StatusOK
-	})
+	b.setStatus(poisonBroken)
 	cfg := outageConfig()
 	cfg.Routes = []relay.Route{{Consumer: newHook("a", a.URL)}, {Consumer: newHook("b", b.URL)}}
 	start(t, db, cfg)

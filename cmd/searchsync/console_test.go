@@ -311,10 +311,16 @@ func newTestSampler(db *testenv.DB) *lag.Sampler {
 const token = "op-token-5e3c9a"
 
 // startOperatorRelay runs a relay with the operator token whose consumer
-// crm-hook (a webhook to hookURL) gets entity.customer.*, and returns its
-// address.
-func startOperatorRelay(t *testing.T, db *testenv.DB, hookURL string) string {
+// crm-hook (a webhook that answers 204) gets entity.customer.*, and returns
+// its address and the count of the webhook's requests.
+func startOperatorRelay(t *testing.T, db *testenv.DB) (string, *atomic.Int64) {
 	t.Helper()
+	delivered := new(atomic.Int64)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delivered.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
 	tokenFile := filepath.Join(t.TempDir(), "operator-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -328,9 +334,9 @@ consumers:
   - {name: crm-hook, type: webhook, webhook: {url: %q, secret: whsec_c2VjcmV0}}
 routes:
   - {consumer: crm-hook, event_types: ["entity.customer.*"]}
-`, db.URL, db.Schema, addr, tokenFile, hookURL))
+`, db.URL, db.Schema, addr, tokenFile, hook.URL))
 	startRelay(t, cfg, addr)
-	return addr
+	return addr, delivered
 }
 
 // eventStatus is an event's status, "gone" when it left the outbox.
@@ -357,12 +363,6 @@ func TestConsoleActions(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
-	var delivered atomic.Int64
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		delivered.Add(1)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(hook.Close)
 	var ids [2]int64
 	for i := range ids {
 		if err := db.Pool.QueryRow(ctx, `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
@@ -371,7 +371,7 @@ func TestConsoleActions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := startOperatorRelay(t, db, hook.URL)
+	addr, delivered := startOperatorRelay(t, db)
 	status := func(id int64) string { return eventStatus(t, db, id) }
 	jobs := func() int {
 		t.Helper()
@@ -510,12 +510,6 @@ func TestConsoleBulkActions(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := context.Background()
-	var delivered atomic.Int64
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		delivered.Add(1)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(hook.Close)
 	insert := func(etype string, agg uuid.UUID, status string) int64 {
 		t.Helper()
 		var id int64
@@ -535,7 +529,7 @@ func TestConsoleBulkActions(t *testing.T) {
 	agg := uuid.New()
 	head := insert("entity.customer.merged", agg, "failed")
 	behind := insert("entity.customer.renamed", agg, "pending")
-	addr := startOperatorRelay(t, db, hook.URL)
+	addr, delivered := startOperatorRelay(t, db)
 	// jobs counts the operator actions' aa_job rows of these kinds (all:
 	// none given) and names the last owner.
 	jobs := func(kinds ...string) (n int, owner string) {
