@@ -672,6 +672,11 @@ func TestConsoleBulkActions(t *testing.T) {
 	waitText("#detailtitle", "entity.customer.merged", "the head's page")
 	run("skip the aggregate", chromedp.Click(chromedp.CSS(`#detailacts button[data-agg-act="skip"]`)))
 	waitText("#confirmtext", "Skip 1 event of aggregate DDM_ENTITY/"+agg.String(), "the confirmation")
+	if out := os.Getenv("SEARCHSYNC_CONSOLE_BULK_SCREENSHOT"); out != "" {
+		if png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
+			_ = os.WriteFile(out, png, 0o644)
+		}
+	}
 	run("confirm", chromedp.Click(chromedp.CSS("#confirm-yes")))
 	waitText("#actionmsg", "skip of aggregate", "the skip")
 	testenv.Eventually(t, 60*time.Second, func() bool {
