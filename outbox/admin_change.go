@@ -474,7 +474,7 @@ func (a *Admin) checkNamed(ctx context.Context, tx pgx.Tx, f Filter, taken []Cha
 		case !ok:
 			why = append(why, fmt.Sprintf("event %d is not in the outbox", id))
 		case st == StatusFailed:
-			why = append(why, fmt.Sprintf("event %d does not match the filter", id))
+			why = append(why, fmt.Sprintf("event %d is failed but not selected (the filter leaves it out, or a consumer still has it pending)", id))
 		default:
 			why = append(why, fmt.Sprintf("event %d is %s", id, st))
 		}
