@@ -137,10 +137,14 @@ func (r *Relay) handled() uint64 {
 //
 //	go test ./relay -run '^$' -bench ClaimAck -benchtime 3x
 //
-// It reports bare_events/s, relay_events/s and their ratio (relay/bare), for
-// the default batch size (500) and for 1000.
+// It reports bare_events/s, relay_events/s and their ratio (relay/bare), and
+// PostgreSQL's CPU per event of each side (pg_bare_µs/event, pg_relay_µs/event,
+// pg_ratio: relay/bare; the server's processes, sampled around each step, so
+// another job on the machine adds to both), for batch sizes 500 (the
+// default first claim), 1000 and 4000 (the default max_batch_size), the
+// relay's batch fixed at the bare loop's.
 func BenchmarkClaimAck(b *testing.B) {
-	for _, batch := range []int{500, 1000} {
+	for _, batch := range []int{500, 1000, 4000} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchClaimAck(b, batch, []Route{{Consumer: noop{}}}) })
 	}
 }
@@ -164,7 +168,7 @@ func BenchmarkClaimAckConsumers(b *testing.B) {
 
 func benchClaimAck(b *testing.B, batch int, routes []Route) {
 	bareDB, relayDB := testenv.NewDB(b), testenv.NewDB(b)
-	r, err := New(relayDB.Pool, Config{Schema: relayDB.Schema, BatchSize: batch, LeaseTTL: time.Minute,
+	r, err := New(relayDB.Pool, Config{Schema: relayDB.Schema, BatchSize: batch, MaxBatchSize: batch, LeaseTTL: time.Minute,
 		Routes: routes, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -179,7 +183,7 @@ func benchClaimAck(b *testing.B, batch int, routes []Route) {
 	if r.leases.count() != r.cfg.Partitions {
 		b.Fatalf("owns %d partitions", r.leases.count())
 	}
-	var bare, rel time.Duration
+	var bare, rel, pgBare, pgRel time.Duration
 	var nBare, nRel int
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -198,9 +202,10 @@ func benchClaimAck(b *testing.B, batch int, routes []Route) {
 					if bareDone {
 						return
 					}
-					t := time.Now()
+					c0, t := testenv.ReadCPU(), time.Now()
 					n := bareBatch(b, bareDB.Pool, batch)
 					bare += time.Since(t)
+					pgBare += testenv.ReadCPU().Sub(c0).Postgres
 					nBare += n
 					bareDone = n == 0
 				},
@@ -208,9 +213,10 @@ func benchClaimAck(b *testing.B, batch int, routes []Route) {
 					if relDone {
 						return
 					}
-					t := time.Now()
+					c0, t := testenv.ReadCPU(), time.Now()
 					n := relayBatch(b, r)
 					rel += time.Since(t)
+					pgRel += testenv.ReadCPU().Sub(c0).Postgres
 					nRel += n
 					relDone = n == 0
 				},
@@ -230,6 +236,10 @@ func benchClaimAck(b *testing.B, batch int, routes []Route) {
 	b.ReportMetric(bareRate, "bare_events/s")
 	b.ReportMetric(relRate, "relay_events/s")
 	b.ReportMetric(relRate/bareRate, "ratio")
+	us := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
+	b.ReportMetric(us(pgBare, nBare), "pg_bare_µs/event")
+	b.ReportMetric(us(pgRel, nRel), "pg_relay_µs/event")
+	b.ReportMetric(float64(pgRel)/float64(max(pgBare, 1)), "pg_ratio")
 	st := r.Stats()
 	b.ReportMetric(float64(st.ClaimTime.Microseconds())/float64(st.Batches)/1000, "claim_ms/batch")
 	b.ReportMetric(float64(st.AckTime.Microseconds())/float64(st.Batches)/1000, "ack_ms/batch")
