@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
-
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // BenchmarkEndToEndRealistic measures one relay in its default
@@ -65,9 +68,15 @@ func BenchmarkEndToEndRealistic(b *testing.B) {
 func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 	for range b.N {
 		bd := setup(b)
-		stored := bd.produceMany(w.Make())
-		n := len(stored)
-		ops, live := rawDocs(b, bd, stored)
+		evs := w.Make()
+		n := len(evs)
+		mem := make([]*outbox.Event, n) // as the outbox will hold them
+		for i := range evs {
+			e := evs[i]
+			e.ID, e.SchemaVersion = int64(i+1), max(e.SchemaVersion, 1)
+			mem[i] = &e
+		}
+		ops, live := rawDocs(b, bd, mem)
 
 		rawRate := func() (indexer.BulkRate, testenv.CPU) {
 			raw := testenv.Name(bd.alias + "_raw")
@@ -92,11 +101,7 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		raw1, raw1CPU := rawRate()
 		b.ResetTimer()
 
-		cons := bd.consumer(nil)
-		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler),
-			Routes: []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
-				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
-			}}}}
+		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler)}
 		if f := os.Getenv("SEARCHSYNC_BENCH_CPUPROFILE"); f != "" {
 			// The end-to-end window only (not the producer or the raw side).
 			out, err := os.Create(f)
@@ -122,28 +127,64 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 				*field = n
 			}
 		}
-		var pipelined, small int // batches claimed beside deliveries; claims under a quarter full
+		relays := 1
+		if v := os.Getenv("SEARCHSYNC_BENCH_RELAYS"); v != "" {
+			// relays sharing the partitions, each with a consumer of its own
+			// (in this process: a deployment runs them apart)
+			var err error
+			if relays, err = strconv.Atoi(v); err != nil || relays < 1 {
+				b.Fatalf("SEARCHSYNC_BENCH_RELAYS=%q: want a positive number", v)
+			}
+		}
+		var pipelined, small atomic.Int64 // batches claimed beside deliveries; claims under a quarter full
 		cfg.OnBatch = func(bs relay.BatchStats) {
 			if bs.Pipelined {
-				pipelined++
+				pipelined.Add(1)
 			}
 			if bs.Claimed < cmp.Or(cfg.BatchSize, 500)/4 {
-				small++
+				small.Add(1)
 			}
 		}
+		// The relays start on an empty outbox and take their shares of the
+		// partitions; the events come in one transaction, so that they find
+		// them at once.
+		var rs []*relay.Relay
+		var conss []*search.Consumer
+		var stops []func()
+		for range relays {
+			cons := bd.consumer(nil)
+			cfg.Routes = []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
+				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
+			}}}
+			r, err := relay.New(bd.db.Pool, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs, conss, stops = append(rs, r), append(conss, cons), append(stops, runRelay(b, r))
+		}
+		partitions := relay.Config{}.WithDefaults().Partitions
+		testenv.Eventually(b, 2*time.Minute, func() bool {
+			for _, r := range rs {
+				if r.Stats().Partitions < partitions/relays {
+					return false
+				}
+			}
+			return true
+		}, "every relay holds its share of the partitions")
+		bd.produce(evs...)
 		c0 := testenv.ReadCPU()
 		start := time.Now()
-		r, err := relay.New(bd.db.Pool, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		stop := runRelay(b, r)
+		runtime.GC() // the producer's garbage (the relays run meanwhile)
+		heap := startHeapPeak()
 		bd.waitPending(10 * time.Minute)
 		e2e := time.Since(start)
 		cpu := testenv.ReadCPU().Sub(c0)
+		peak := heap()
 		pprof.StopCPUProfile()
 		b.StopTimer()
-		stop()
+		for _, stop := range stops {
+			stop()
+		}
 		if got, want := bd.searchable(bd.alias, ""), int64(live); got != want {
 			b.Fatalf("%d documents searchable, want the %d live customers", got, want)
 		}
@@ -160,14 +201,46 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		b.ReportMetric(us(cpu.Postgres), "postgres_µs/event")
 		b.ReportMetric(us(cpu.Engine), "engine_µs/event")
 		b.ReportMetric(busy, "busy_%")
-		st := r.Stats()
-		b.Logf("%d events in %s = %.0f/s; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, raw1, raw2, rate/rawPerSec)
-		b.Logf("end to end: %s; %d batches; claim %s, deliver %s, ack %s; writer %+v", cpu, st.Batches,
-			st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), cons.Writer().Stats())
-		b.Logf("end to end: %d of %d batches claimed beside deliveries, %d under a quarter full; %s",
-			pipelined, st.Batches, small, bd.indexWork(bd.alias))
+		b.ReportMetric(float64(peak)/(1<<20), "heap_peak_MiB")
+		b.Logf("%d events in %s = %.0f/s with %d relays; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, relays, raw1, raw2, rate/rawPerSec)
+		for i, r := range rs {
+			st := r.Stats()
+			b.Logf("end to end, relay %d: %s; %d batches; claim %s, deliver %s, ack %s; writer %+v", i+1, cpu, st.Batches,
+				st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), conss[i].Writer().Stats())
+		}
+		b.Logf("end to end: %d batches claimed beside deliveries, %d under a quarter full; heap in use at most %.1f MiB above its start; %s",
+			pipelined.Load(), small.Load(), float64(peak)/(1<<20), bd.indexWork(bd.alias))
 		b.Logf("raw before: %s; raw after: %s", raw1CPU, raw2CPU)
 	}
+}
+
+// startHeapPeak samples the heap's live objects every 20 ms until the
+// returned function is called, which returns their peak above the first
+// sample (the relay's and consumer's memory for what they hold in flight;
+// this process also holds the benchmark's events).
+func startHeapPeak() func() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	base := read()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := read(); v > base && v-base > peak.Load() {
+				peak.Store(v - base)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 { close(stop); <-done; return peak.Load() }
 }
 
 // runRelay runs r until the returned stop is called (or the benchmark ends).
