@@ -32,6 +32,7 @@ type observer struct {
 	engine  *dashboard.Engine
 	history *dashboard.History
 	events  *dashboard.Events
+	reindex *dashboard.Reindex
 }
 
 func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {
@@ -101,6 +102,7 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 		Events:     o.events,
 		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) { return partitionOwners(ctx, pool, schema) },
 		Logger:     logger,
+		Reindex:    o.reindex,
 	}))
 	return mux
 }

@@ -120,10 +120,11 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
 		return err
 	}
+	obs.reindex = reindexPanel(pool, drift)
 	if drift != nil {
 		obs.drift = drift.current
 		background = append(background,
-			actor{name: "drift watcher", run: func(ctx context.Context) error { drift.run(ctx, 30*time.Second); return nil }},
+			actor{name: "drift watcher", run: func(ctx context.Context) error { drift.run(ctx, cfg.HTTP.DriftInterval); return nil }},
 			actor{name: "reindex janitor", run: newJanitor(pool, drift.eng, logger).run})
 	}
 
