@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/reindex"
@@ -13,7 +14,7 @@ import (
 // reindexPanel feeds the console's Reindex panel (/api/reindex): the
 // aliases as the drift watcher last found them, and the reindex jobs as
 // `searchsync reindex status` reads them (reindex.List, one statement).
-func reindexPanel(pool *pgxpool.Pool, drift *driftWatcher) *dashboard.Reindex {
+func reindexPanel(pool jobsDB, drift *driftWatcher) *dashboard.Reindex {
 	return &dashboard.Reindex{
 		Aliases: drift.aliasStates,
 		Jobs: func(ctx context.Context, since time.Time) ([]dashboard.ReindexJob, error) {
@@ -28,6 +29,13 @@ func reindexPanel(pool *pgxpool.Pool, drift *driftWatcher) *dashboard.Reindex {
 			return out, nil
 		},
 	}
+}
+
+// jobsDB is what reindex.List needs of a pool.
+type jobsDB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // panelJob is a job as the panel shows it.

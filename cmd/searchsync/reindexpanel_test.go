@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
@@ -24,6 +25,14 @@ import (
 	"github.com/searchsync/searchsync/reindex"
 	"github.com/searchsync/searchsync/sink/search"
 )
+
+// QueryRow counts too (reindex.List takes a pool with it).
+func (c *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n.Add(1)
+	return c.DB.(interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}).QueryRow(ctx, sql, args...)
+}
 
 // reindexAPI reads /api/reindex twice: typed, and as raw JSON objects (to
 // check the documented field names).
