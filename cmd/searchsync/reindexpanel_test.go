@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,13 +62,11 @@ func reindexAPI(t *testing.T, addr string) (dashboard.ReindexResponse, map[strin
 // aliasRow is the row of alias in an /api/reindex answer.
 func aliasRow(t *testing.T, r dashboard.ReindexResponse, alias string) dashboard.ReindexAlias {
 	t.Helper()
-	for _, a := range r.Aliases {
-		if a.Alias == alias {
-			return a
-		}
+	i := slices.IndexFunc(r.Aliases, func(a dashboard.ReindexAlias) bool { return a.Alias == alias })
+	if i < 0 {
+		t.Fatalf("/api/reindex has no row of %s: %+v", alias, r.Aliases)
 	}
-	t.Fatalf("/api/reindex has no row of %s: %+v", alias, r.Aliases)
-	return dashboard.ReindexAlias{}
+	return r.Aliases[i]
 }
 
 // panelRow is what the page's Reindex panel shows for one alias.
