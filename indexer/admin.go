@@ -93,16 +93,16 @@ var (
 type adminAPI int
 
 const (
-	apiScrollStart adminAPI = iota // POST /<index>/_search?scroll=
-	apiScrollNext                  // POST /_search/scroll
-	apiScrollClear                 // DELETE /_search/scroll
-	apiAggregate                   // POST /<index>/_search (size 0)
-	apiPutSettings                 // PUT /<index>/_settings
-	apiHealth                      // GET /_cluster/health/<index>
-	apiCopy                        // POST /_reindex?wait_for_completion=false
-	apiTaskGet                     // GET /_tasks/<id>
-	apiTaskCancel                  // POST /_tasks/<id>/_cancel
-	apiRefreshStats                // GET /<index>/_stats/refresh?level=shards
+	apiScrollStart  adminAPI = iota // POST /<index>/_search?scroll=
+	apiScrollNext                   // POST /_search/scroll
+	apiScrollClear                  // DELETE /_search/scroll
+	apiAggregate                    // POST /<index>/_search (size 0)
+	apiPutSettings                  // PUT /<index>/_settings
+	apiHealth                       // GET /_cluster/health/<index>
+	apiCopy                         // POST /_reindex?wait_for_completion=false
+	apiTaskGet                      // GET /_tasks/<id>
+	apiTaskCancel                   // POST /_tasks/<id>/_cancel
+	apiRefreshStats                 // GET /<index>/_stats/refresh?level=shards
 )
 
 // adminRequest is one Admin call.
