@@ -188,6 +188,7 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 	if l := chart(t, bctx, "latencychart"); l == nil || !slices.Contains(l.Labels, "search p99") || !slices.Contains(l.Labels, "crm-hook p50") {
 		t.Errorf("latency chart: %+v", l)
 	}
+	checkSearchable(t, bctx, addrC, alias)
 	if out := os.Getenv("SEARCHSYNC_CONSOLE_SCREENSHOT"); out != "" {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 		if err != nil {

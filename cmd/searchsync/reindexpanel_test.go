@@ -341,3 +341,42 @@ func checkReindexFields(t *testing.T, raw map[string]any, alias string) {
 		t.Errorf("/api/reindex: outbox_head %v, want the outbox's highest id (≥ 300)", job["outbox_head"])
 	}
 }
+
+// checkSearchable checks commit → searchable on a relay whose search
+// consumer writes alias under load: the history's samples carry its
+// percentiles, /metrics its histogram, the page a p50 and a p99 line; and
+// an event is never searchable before it was delivered (p50 of searchable
+// not below p50 of delivered, with the buckets' interpolation as slack).
+func checkSearchable(t *testing.T, bctx context.Context, addr, alias string) {
+	t.Helper()
+	var got *dashboard.ConsumerSample
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		for _, s := range historySamples(t, addr) {
+			if c, ok := s.Consumers["search"]; ok && c.Searchable[alias].Delivered > 0 && c.Latency != nil {
+				got = &c
+			}
+		}
+		return got != nil
+	}, "no sample has commit → searchable of %s", alias)
+	q := got.Searchable[alias]
+	t.Logf("commit → searchable of %s: %+v; commit → delivered: %+v", alias, q, *got.Latency)
+	if q.P50 <= 0 || q.P99 < q.P50 || q.P50 < 0.8*got.Latency.P50 {
+		t.Errorf("commit → searchable of %s: %+v; commit → delivered %+v", alias, q, *got.Latency)
+	}
+	if n := metricValue(t, addr, `searchsync_searchable_latency_seconds_count{consumer="search",index="`+alias+`"}`); n <= 0 {
+		t.Errorf("searchsync_searchable_latency_seconds_count of %s: %v", alias, n)
+	}
+	want := []string{alias + " p50", alias + " p99"}
+	var c *chartState
+	points := func() bool {
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`(() => { const u = window.consoleCharts.searchablechart;
+			return u ? u.data[1].filter((v) => v !== null && v > 0).length : 0; })()`))
+		return err == nil && n > 0
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		c = chart(t, bctx, "searchablechart")
+		return c != nil && slices.Equal(c.Labels, want) && points()
+	}, "the commit → searchable chart never drew a point of %v: %+v", want, c)
+}
