@@ -111,8 +111,8 @@ func (s *Searchable) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			s.Poll(ctx)
 		}
-		s.Poll(ctx)
 	}
 }
 
