@@ -7,8 +7,8 @@
 // per alias, its drift and the progress of its reindex (the Reindex panel);
 // charts of the history that History keeps in PostgreSQL
 // (aa_console_sample, written by one relay at a time); event pages; and,
-// when an operator token is configured, retry and ack of one event through
-// outbox.Admin, the CLI's code.
+// when an operator token is configured, retry, ack and skip of one event, one
+// aggregate or a filter through outbox.Admin, the CLI's code.
 package dashboard
 
 import (
@@ -78,7 +78,8 @@ type State struct {
 	Drift      []string      `json:"drift"`
 	Partitions []Partition   `json:"partitions"`
 	Engine     *Engine       `json:"engine,omitempty"`
-	// Actions is true when retry and ack are enabled (http.operator_token).
+	// Actions is true when retry, ack and skip are enabled
+	// (http.operator_token).
 	Actions bool `json:"actions"`
 }
 

@@ -28,7 +28,7 @@ const (
 )
 
 // Events is what the event pages and the actions need: the outbox's operator
-// code (the CLI's: `searchsync outbox list|retry|ack`) and a pool.
+// code (the CLI's: `searchsync outbox list|retry|ack|skip`) and a pool.
 type Events struct {
 	Admin *outbox.Admin
 	DB    outbox.DB
@@ -71,6 +71,8 @@ func (src Source) registerEvents(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/blocked", src.listBlocked)
 	mux.HandleFunc("POST /api/events/{id}/retry", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "retry") })
 	mux.HandleFunc("POST /api/events/{id}/ack", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "ack") })
+	mux.HandleFunc("POST /api/events/{id}/skip", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "skip") })
+	mux.HandleFunc("POST /api/actions", src.actions)
 }
 
 // queryInt reads a non-negative integer parameter (def when absent).
@@ -227,7 +229,8 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// ActionRequest is the optional JSON body of a retry or ack.
+// ActionRequest is the optional JSON body of a retry, ack or skip of one
+// event.
 type ActionRequest struct {
 	// Consumer limits the action to one consumer's delivery (as the CLI's
 	// --consumer); "" for the event as a whole.
@@ -236,21 +239,12 @@ type ActionRequest struct {
 	Note string `json:"note"`
 }
 
-// act runs a retry or ack of one event through the CLI's code path
-// (outbox.Admin.Retry/Ack, recorded in aa_job), after refusing cross-site
+// act runs a retry, ack or skip of one event through the CLI's code path
+// (outbox.Admin.Act, recorded in aa_job), after refusing cross-site
 // requests and requests without the operator token.
 func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
-	if src.Events == nil || src.Events.Token.IsZero() {
-		writeError(w, http.StatusForbidden, "actions are disabled: configure http.operator_token to enable them")
-		return
-	}
-	if why := crossSite(r); why != "" {
-		writeError(w, http.StatusForbidden, "cross-site request refused: "+why)
-		return
-	}
-	got := r.Header.Get(TokenHeader)
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(src.Events.Token.Reveal())) != 1 {
-		writeError(w, http.StatusUnauthorized, "the operator token (header "+TokenHeader+") is missing or wrong")
+	by, ok := src.operator(w, r)
+	if !ok {
 		return
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -259,10 +253,7 @@ func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
 		return
 	}
 	var req ActionRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+	if !decodeBody(w, r, &req, true) {
 		return
 	}
 	if req.Consumer != "" {
@@ -271,6 +262,30 @@ func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
 			return
 		}
 	}
+	ch, ok := src.change(w, r, action, "event "+strconv.FormatInt(id, 10), outbox.Filter{IDs: []int64{id}, Consumer: req.Consumer},
+		outbox.ChangeOptions{By: by, Note: req.Note})
+	if ok {
+		writeJSON(w, http.StatusOK, ch)
+	}
+}
+
+// operator refuses, and answers, a request for an action when actions are
+// off, when it comes from another site or lacks the operator token; else it
+// returns who acts (aa_job.owner: console:NAME).
+func (src Source) operator(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if src.Events == nil || src.Events.Token.IsZero() {
+		writeError(w, http.StatusForbidden, "actions are disabled: configure http.operator_token to enable them")
+		return "", false
+	}
+	if why := crossSite(r); why != "" {
+		writeError(w, http.StatusForbidden, "cross-site request refused: "+why)
+		return "", false
+	}
+	got := r.Header.Get(TokenHeader)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(src.Events.Token.Reveal())) != 1 {
+		writeError(w, http.StatusUnauthorized, "the operator token (header "+TokenHeader+") is missing or wrong")
+		return "", false
+	}
 	who := strings.TrimSpace(r.Header.Get(OperatorHeader))
 	if who == "" {
 		who = "anonymous"
@@ -278,24 +293,36 @@ func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
 	if len(who) > 100 {
 		who = who[:100]
 	}
-	opts := outbox.ChangeOptions{By: "console:" + who, Note: req.Note}
-	f := outbox.Filter{IDs: []int64{id}, Consumer: req.Consumer}
+	return "console:" + who, true
+}
+
+// decodeBody reads a JSON body into v, refusing unknown fields; optional
+// allows an empty one. It answers the request when it fails.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil && (!optional || !errors.Is(err, io.EOF)) {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// change runs the action through outbox.Admin.Act and logs it; it answers
+// the request when it fails.
+func (src Source) change(w http.ResponseWriter, r *http.Request, action, what string, f outbox.Filter, opts outbox.ChangeOptions) (*outbox.Change, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	var ch *outbox.Change
-	if action == "retry" {
-		ch, err = src.Events.Admin.Retry(ctx, src.Events.DB, f, opts)
-	} else {
-		ch, err = src.Events.Admin.Ack(ctx, src.Events.DB, f, opts)
-	}
+	ch, err := src.Events.Admin.Act(ctx, src.Events.DB, action, f, opts)
 	if err != nil {
-		src.fail(w, action+" an event", err)
-		return
+		src.fail(w, action+" of "+what, err)
+		return nil, false
 	}
 	if src.Logger != nil {
-		src.Logger.Info("console: operator action", "action", action, "event_id", id, "consumer", req.Consumer, "by", opts.By, "count", ch.Count, "job_id", ch.JobID)
+		src.Logger.Info("console: operator action", "action", action, "selection", what, "consumer", f.Consumer, "by", opts.By,
+			"dry_run", opts.DryRun, "count", ch.Count, "job_id", ch.JobID)
 	}
-	writeJSON(w, http.StatusOK, ch)
+	return ch, true
 }
 
 // crossSite says why r may come from another site's page ("" when it does
@@ -315,9 +342,16 @@ func crossSite(r *http.Request) string {
 }
 
 func (src Source) fail(w http.ResponseWriter, what string, err error) {
-	var uc *outbox.UnknownConsumerError
-	if errors.As(err, &uc) {
+	var (
+		uc      *outbox.UnknownConsumerError
+		refused *outbox.RefusedError
+	)
+	switch {
+	case errors.As(err, &uc) || errors.Is(err, outbox.ErrNoSelection):
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	case errors.As(err, &refused):
+		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	if src.Logger != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Operator actions on the outbox (`searchsync outbox …`). All their SQL is in
-// this file.
+// Operator actions on the outbox (`searchsync outbox …`, and the console's
+// actions, which call the same methods). All their SQL is in this file.
 //
 // Retry (failed → pending) sets attempts = 0 and available_at = now(): the
 // event gets the full max_attempts again, at once. last_error is kept (it says
@@ -34,6 +34,21 @@ import (
 // the only way they leave the table. Delivery rows go with their event, in
 // the same statement (no foreign key: a cascade would cost compaction a
 // look-up per deleted row).
+//
+// Skip sets failed events skipped by hand, for an event that must not block
+// its aggregate but whose row should stay: only pending and failed events
+// block (an aggregate's head is its first event that is neither dispatched
+// nor skipped), so the later events of its aggregate flow on; the skipped
+// one is never delivered, keeps attempts and last_error as the evidence of
+// why, is never compacted and stays until it is acknowledged (Ack takes
+// skipped events). An event whose consumers diverged has its failed
+// delivery rows marked done (delivered_at stays NULL: not delivered), so
+// that they stop blocking their consumers' later events; the aa_job row
+// (outbox_skip) records them as they were. Only failed events are skipped:
+// a status other than failed is refused, and so are ids of events that are
+// not failed (nothing is done). Skip takes no consumer: one consumer's
+// failed delivery marked done without delivering it is what Ack with
+// Filter.Consumer does, so Skip refuses one and names that instead.
 //
 // # One consumer (Filter.Consumer)
 //
@@ -63,8 +78,8 @@ import (
 //
 // Every change runs in one transaction, locks the events and their delivery
 // rows it changes (FOR UPDATE) and checks them again under the lock, records
-// an aa_job row (outbox_retry / outbox_ack, with the consumer when one was
-// named) and NOTIFY the relays. Each refuses a selection that names no ids
+// an aa_job row (outbox_retry / outbox_ack / outbox_skip, with the consumer
+// when one was named) and NOTIFY the relays. Each refuses a selection that names no ids
 // and no narrowing filter unless it says All; a consumer alone is not a
 // narrowing filter (`--consumer webhook --all` acts on all of webhook's).
 
@@ -72,13 +87,15 @@ import (
 const (
 	JobKindAck   = "outbox_ack"
 	JobKindRetry = "outbox_retry"
+	JobKindSkip  = "outbox_skip"
 )
 
 // maxAuditDetails bounds the events described one by one in an aa_job result
 // (every id is recorded all the same).
 const maxAuditDetails = 1000
 
-// ErrNoSelection reports a retry or ack without ids or a narrowing filter.
+// ErrNoSelection reports a retry, ack or skip without ids or a narrowing
+// filter.
 var ErrNoSelection = errors.New("no selection: name event ids or a filter (event type, aggregate type or id, created since/until), or say all (--all)")
 
 // DB is what the operator actions need of a connection (*pgxpool.Pool,
@@ -272,6 +289,10 @@ FROM {d} WHERE event_id = ANY($1) ORDER BY event_id, consumer`
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = now()
 WHERE id = ANY($1) AND status = 'failed'`
 
+	// skipSQL sets failed events skipped; attempts, last_error and
+	// available_at stay as the evidence of why.
+	skipSQL = `UPDATE {t} SET status = 'skipped' WHERE id = ANY($1) AND status = 'failed'`
+
 	// retryDeliveriesSQL and ackDeliveriesSQL change the failed delivery
 	// rows ($1 event ids, $2 consumers, pairwise).
 	retryDeliveriesSQL = `
@@ -338,7 +359,7 @@ RETURNING id`
 
 type adminQueries struct {
 	statusCounts, blocked, list, selectStatus, selectRetry, routedPairs, selectOwed, deliveries string
-	retry, retryDeliveries, ackDeliveries, insertDeliveries, summarise, ack, finish             string
+	retry, retryDeliveries, ackDeliveries, insertDeliveries, summarise, ack, finish, skip       string
 	deliveryCounts, unsplitCounts, consumerStates, recordJob, notify                            string
 	channel                                                                                     string
 }
@@ -357,6 +378,7 @@ func newAdminQueries(schema string) adminQueries {
 		selectOwed:       r.Replace(selectOwedSQL),
 		deliveries:       r.Replace(deliveriesSQL),
 		retry:            r.Replace(retrySQL),
+		skip:             r.Replace(skipSQL),
 		retryDeliveries:  r.Replace(retryDeliveriesSQL),
 		ackDeliveries:    r.Replace(ackDeliveriesSQL),
 		insertDeliveries: r.Replace(insertDeliveriesSQL),

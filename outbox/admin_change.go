@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The operator actions list, retry and ack (their SQL and the package notes
-// are in admin.go).
+// The operator actions list, retry, ack and skip (their SQL and the package
+// notes are in admin.go).
 
 // DeliveryState is the state of one consumer's row of an event in
 // aa_outbox_delivery (docs/consumers.md).
@@ -212,7 +213,7 @@ func sharedDelivery(consumer string, e *Event) Delivery {
 		DeliveredAt: e.DispatchedAt, Shared: true}
 }
 
-// ChangeOptions say how a retry or ack runs.
+// ChangeOptions say how a retry, ack or skip runs.
 type ChangeOptions struct {
 	// DryRun selects and reports, changing nothing (no aa_job row either).
 	DryRun bool
@@ -225,9 +226,9 @@ type ChangeOptions struct {
 	Note string
 }
 
-// Change is what a retry or ack did (or, in a dry run, would do).
+// Change is what a retry, ack or skip did (or, in a dry run, would do).
 type Change struct {
-	Action string `json:"action"` // retry or ack
+	Action string `json:"action"` // retry, ack or skip
 	// Consumer is the consumer the change was for ("" for all).
 	Consumer string         `json:"consumer,omitempty"`
 	DryRun   bool           `json:"dry_run"`
@@ -244,7 +245,8 @@ type ChangedEvent struct {
 	Listed
 	// Outcome says what the change did: retried, retried for <consumers>,
 	// deleted, acknowledged for <consumer>; deleted (the others have it),
-	// acknowledged for <consumer>; pending for <consumers>.
+	// acknowledged for <consumer>; pending for <consumers>, skipped,
+	// skipped; <consumers> marked done, not delivered.
 	Outcome string `json:"outcome"`
 	// Deleted is true when the event left the table.
 	Deleted bool `json:"deleted,omitempty"`
@@ -259,7 +261,7 @@ type ChangedEvent struct {
 func (a *Admin) Retry(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*Change, error) {
 	for _, s := range f.Statuses {
 		if s != StatusFailed {
-			return nil, fmt.Errorf("outbox: retry applies to failed events only, not %s", s)
+			return nil, refusef("outbox: retry applies to failed events only, not %s", s)
 		}
 	}
 	return a.change(ctx, db, "retry", f, opts)
@@ -273,12 +275,61 @@ func (a *Admin) Ack(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*
 	for _, s := range f.Statuses {
 		if s != StatusFailed && (s != StatusSkipped || f.Consumer != "") {
 			if f.Consumer != "" {
-				return nil, fmt.Errorf("outbox: ack for a consumer applies to its failed deliveries only, not %s", s)
+				return nil, refusef("outbox: ack for a consumer applies to its failed deliveries only, not %s", s)
 			}
-			return nil, fmt.Errorf("outbox: ack applies to failed and skipped events only, not %s", s)
+			return nil, refusef("outbox: ack applies to failed and skipped events only, not %s", s)
 		}
 	}
 	return a.change(ctx, db, "ack", f, opts)
+}
+
+// Skip sets the selected failed events skipped: they no longer block their
+// aggregates (only pending and failed events do), keep their rows and
+// last_error as evidence, and stay until acknowledged (Ack). The failed
+// delivery rows of an event whose consumers diverged are marked done (not
+// delivered: delivered_at stays NULL), so that they stop blocking their
+// consumers too. It refuses Filter.Consumer (one consumer's failed delivery
+// marked done is Ack with a consumer), statuses other than failed, and ids
+// of events that are not failed (see the notes in admin.go).
+func (a *Admin) Skip(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*Change, error) {
+	if f.Consumer != "" {
+		return nil, refusef("outbox: skip takes no consumer: to mark one consumer's failed delivery done without delivering it, ack it for that consumer (outbox ack --consumer %s)", f.Consumer)
+	}
+	for _, s := range f.Statuses {
+		if s != StatusFailed {
+			return nil, refusef("outbox: skip applies to failed events only, not %s", s)
+		}
+	}
+	f.Statuses = nil
+	return a.change(ctx, db, "skip", f, opts)
+}
+
+// Actions are the operator actions Act runs.
+var Actions = []string{"retry", "ack", "skip"}
+
+// Act runs the operator action named: retry, ack or skip. The CLI and the
+// console's actions call it.
+func (a *Admin) Act(ctx context.Context, db DB, action string, f Filter, opts ChangeOptions) (*Change, error) {
+	switch action {
+	case "retry":
+		return a.Retry(ctx, db, f, opts)
+	case "ack":
+		return a.Ack(ctx, db, f, opts)
+	case "skip":
+		return a.Skip(ctx, db, f, opts)
+	}
+	return nil, refusef("outbox: unknown action %q: want %s", action, strings.Join(Actions, ", "))
+}
+
+// RefusedError is an action that does not apply to what it names (a
+// status, an event in another state, a consumer where it takes none):
+// nothing was done, and running it again will not help.
+type RefusedError struct{ msg string }
+
+func (e *RefusedError) Error() string { return e.msg }
+
+func refusef(format string, args ...any) error {
+	return &RefusedError{msg: fmt.Sprintf(format, args...)}
 }
 
 // plan is what a change writes, filled from the locked rows.
@@ -291,6 +342,7 @@ type plan struct {
 	insStates      []string
 	insAttempts    []int32
 	insErrors      []*string
+	skip           []int64 // failed → skipped
 	summarise      []int64 // events whose outbox row follows their delivery rows
 	deleteWhole    []int64 // unqualified ack
 	deleteFinished []int64 // ack for a consumer that finished the event
@@ -314,12 +366,15 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 	if opts.DryRun {
 		lock = ""
 	}
-	var statuses []string // of the outbox rows an unqualified ack takes
-	if action == "ack" && f.Consumer == "" {
+	var statuses []string // of the outbox rows an unqualified ack or a skip takes
+	switch {
+	case action == "ack" && f.Consumer == "":
 		statuses = f.statusStrings()
 		if len(statuses) == 0 {
 			statuses = []string{string(StatusFailed), string(StatusSkipped)}
 		}
+	case action == "skip":
+		statuses = []string{string(StatusFailed)}
 	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var (
@@ -346,6 +401,11 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 			return err
 		}
 		p := a.plan(action, f.Consumer, evs)
+		if action == "skip" {
+			if err := a.checkNamed(ctx, tx, f, p.events); err != nil {
+				return err
+			}
+		}
 		ch.Events, ch.Count = p.events, len(p.events)
 		if opts.DryRun || ch.Count == 0 {
 			return nil
@@ -358,14 +418,18 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 		if err := tx.QueryRow(ctx, a.q.recordJob, jobKind(action), opts.By, params, result).Scan(&ch.JobID); err != nil {
 			return fmt.Errorf("record the %s in aa_job: %w", action, err)
 		}
-		// Wake the relays: a retried event is due now; an acknowledged head
-		// unblocks its aggregate.
+		// Wake the relays: a retried event is due now; an acknowledged or
+		// skipped head unblocks its aggregate.
 		if _, err := tx.Exec(ctx, a.q.notify, a.q.channel); err != nil {
 			return fmt.Errorf("notify: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			return nil, err
+		}
 		if opts.DryRun {
 			return nil, fmt.Errorf("outbox: %s (dry run) in %s: %w", action, a.schema, err)
 		}
@@ -377,9 +441,53 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 	return ch, nil
 }
 
+// checkNamed refuses a skip that names ids of events it does not take
+// (not failed, or not in the outbox), unless a limit may have cut them.
+func (a *Admin) checkNamed(ctx context.Context, tx pgx.Tx, f Filter, taken []ChangedEvent) error {
+	if len(f.IDs) == 0 || (f.Limit > 0 && len(taken) >= f.Limit) {
+		return nil
+	}
+	got := make(map[int64]bool, len(taken))
+	for _, e := range taken {
+		got[e.ID] = true
+	}
+	var missing []int64
+	for _, id := range f.IDs {
+		if !got[id] && !slices.Contains(missing, id) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	evs, err := a.selectEvents(ctx, tx, a.q.list, Filter{IDs: missing}.args(), "")
+	if err != nil {
+		return fmt.Errorf("read the events named: %w", err)
+	}
+	status := map[int64]Status{}
+	for _, e := range evs {
+		status[e.ID] = e.Status
+	}
+	var why []string
+	for _, id := range missing {
+		switch st, ok := status[id]; {
+		case !ok:
+			why = append(why, fmt.Sprintf("event %d is not in the outbox", id))
+		case st == StatusFailed:
+			why = append(why, fmt.Sprintf("event %d is failed but not selected (the filter leaves it out, or a consumer still has it pending)", id))
+		default:
+			why = append(why, fmt.Sprintf("event %d is %s", id, st))
+		}
+	}
+	return refusef("outbox: skip applies to failed events only: %s; nothing done", strings.Join(why, ", "))
+}
+
 func jobKind(action string) string {
-	if action == "retry" {
+	switch action {
+	case "retry":
 		return JobKindRetry
+	case "skip":
+		return JobKindSkip
 	}
 	return JobKindAck
 }
@@ -420,6 +528,26 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 			p.summarise = append(p.summarise, e.ID)
 			summarise(&e.Event, e.Deliveries)
 			ce.Outcome = "retried for " + strings.Join(names, ", ")
+		case action == "skip":
+			// (A failed outbox row has no pending delivery row: it would be
+			// pending. One that has is the relay's, not a skip's.)
+			if e.Status != StatusFailed || slices.ContainsFunc(e.Deliveries, func(d Delivery) bool { return d.State == DeliveryPending }) {
+				continue
+			}
+			var names []string
+			for i := range e.Deliveries {
+				if d := &e.Deliveries[i]; d.State == DeliveryFailed {
+					p.rowIDs, p.rowConsumers = append(p.rowIDs, e.ID), append(p.rowConsumers, d.Consumer)
+					d.State = DeliveryDone
+					names = append(names, d.Consumer)
+				}
+			}
+			p.skip = append(p.skip, e.ID)
+			e.Status = StatusSkipped
+			ce.Outcome = "skipped"
+			if len(names) > 0 {
+				ce.Outcome += "; " + strings.Join(names, ", ") + " marked done, not delivered"
+			}
 		case consumer == "":
 			// Unqualified ack: the statement checks the status again.
 			p.deleteWhole = append(p.deleteWhole, e.ID)
@@ -513,8 +641,11 @@ func summarise(e *Event, ds []Delivery) {
 // plan expects, or nothing is done.
 func (a *Admin) apply(ctx context.Context, tx pgx.Tx, action string, p *plan) error {
 	rowsSQL, rowsWhat := a.q.ackDeliveries, "acknowledge delivery rows"
-	if action == "retry" {
+	switch action {
+	case "retry":
 		rowsSQL, rowsWhat = a.q.retryDeliveries, "retry delivery rows"
+	case "skip":
+		rowsWhat = "mark the failed delivery rows of skipped events done"
 	}
 	for _, st := range []struct {
 		what string
@@ -525,6 +656,7 @@ func (a *Admin) apply(ctx context.Context, tx pgx.Tx, action string, p *plan) er
 		{fmt.Sprintf("retry %d events", len(p.retryWhole)), len(p.retryWhole), a.q.retry, []any{p.retryWhole}},
 		{rowsWhat, len(p.rowIDs), rowsSQL, []any{p.rowIDs, p.rowConsumers}},
 		{"split events into delivery rows", len(p.insIDs), a.q.insertDeliveries, []any{p.insIDs, p.insConsumers, p.insStates, p.insAttempts, p.insErrors}},
+		{fmt.Sprintf("skip %d events", len(p.skip)), len(p.skip), a.q.skip, []any{p.skip}},
 		{"summarise events", len(p.summarise), a.q.summarise, []any{p.summarise}},
 		{fmt.Sprintf("ack %d events", len(p.deleteWhole)), len(p.deleteWhole), a.q.ack, []any{p.deleteWhole}},
 		{"delete finished events", len(p.deleteFinished), a.q.finish, []any{p.deleteFinished}},

@@ -24,7 +24,7 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 		FROM generate_series(1, 50000) g`); err != nil {
 		t.Fatal(err)
 	}
-	q := newQueries(db.Schema, 16, 500)
+	q := newQueries(db.Schema, 16, 500, 500).claims[0]
 	inFlight := make([][16]byte, 500)
 	for i := range inFlight {
 		inFlight[i] = uuid.New()
@@ -33,9 +33,9 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"claim":                    {q.claimAll, []any{[]string{}, []string{"a"}}},
-		"claim of some partitions": {q.claimOwned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}}},
-		"claim beside deliveries":  {q.claimAllBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}}},
+		"claim":                    {q.all, []any{[]string{}, []string{"a"}}},
+		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}}},
+		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}}},
 	} {
 		br := db.Pool.SendBatch(ctx, claimBatch("EXPLAIN (FORMAT JSON) "+c.sql, c.args))
 		if _, err := br.Exec(); err != nil {

@@ -22,8 +22,15 @@ type Config struct {
 	// Default 32.
 	// Every relay of one database must use the same number.
 	Partitions int
-	// BatchSize is the most events claimed at once. Default 500.
+	// BatchSize is the most events the first claim takes. Default 500.
 	BatchSize int
+	// MaxBatchSize is the most events claimed at once while a backlog
+	// lasts: after a claim that came back full, the next one takes twice
+	// as many, up to MaxBatchSize; a claim that finds less than half of its
+	// size goes back to BatchSize. Larger batches fold more updates of one
+	// aggregate into one write and cost fewer round trips per event. Equal
+	// to BatchSize: every claim takes BatchSize. Default 8 × BatchSize.
+	MaxBatchSize int
 	// InFlight is the most batches delivered at once while claims come back
 	// full (see the package doc); batches in flight never share an
 	// aggregate, and consumers must take concurrent Deliver calls. 1 delivers
@@ -98,6 +105,7 @@ func (c Config) WithDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, "mdm")
 	c.Partitions = cmp.Or(c.Partitions, 32)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.MaxBatchSize = cmp.Or(c.MaxBatchSize, 8*c.BatchSize)
 	c.InFlight = cmp.Or(c.InFlight, 2)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 15*time.Second)
@@ -153,6 +161,9 @@ func (c Config) Validate() error {
 		bad("partitions", "must be at most 4096")
 	}
 	positive("batch_size", c.BatchSize)
+	if c.MaxBatchSize < c.BatchSize {
+		bad("max_batch_size", "must not be smaller than relay.batch_size")
+	}
 	positive("in_flight", c.InFlight)
 	positiveDur("poll_interval", c.PollInterval)
 	if c.LeaseTTL < time.Second {

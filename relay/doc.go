@@ -69,6 +69,16 @@
 // claim, after the acks, is a full one), and after one that found little the
 // relay claims after the acks for a few batches.
 //
+// # Batch size
+//
+// The first claim takes Config.BatchSize events; each claim that comes back
+// full doubles the next one's size, up to Config.MaxBatchSize, and a claim
+// without exclusions that finds less than half of its size goes back to
+// BatchSize (Relay.adapt). A steady load the relay keeps up with gets small
+// batches; a backlog gets large ones, which fold more updates of one
+// aggregate into one write and cost fewer round trips per event. Each size
+// has its own claim statements, with the size as a literal.
+//
 // # Outcomes, per consumer
 //
 // Each event goes to every consumer with a route that matches it (consumers run

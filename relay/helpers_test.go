@@ -234,6 +234,15 @@ func (h *hook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
 	}
 }
 
+// poisonBroken answers 422 (poison) to entity.customer.broken, 200 to the
+// rest: a receiver's status for tests of a failed head.
+func poisonBroken(m sink.Message) int {
+	if m.EventType == "entity.customer.broken" {
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusOK
+}
+
 // start runs a relay until the test ends; stop stops it early and waits.
 func start(t testing.TB, db *testenv.DB, cfg relay.Config) (r *relay.Relay, stop func()) {
 	t.Helper()

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,4 +156,70 @@ func TestPipelinedBatchesKeepTheOrderThroughRetries(t *testing.T) {
 		t.Errorf("%d failed events", r)
 	}
 	t.Logf("%d events, %d retried once, %d batches claimed beside a delivery", len(written), retried, pipelined.Load())
+}
+
+// slowConsumer takes a moment per batch, so that a backlog lasts a few
+// batches.
+type slowConsumer struct{}
+
+func (slowConsumer) Name() string { return "slow" }
+
+func (slowConsumer) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
+	time.Sleep(10 * time.Millisecond)
+	out := make([]sink.Outcome, len(events))
+	for i := range out {
+		out[i] = sink.Ok()
+	}
+	return out
+}
+
+// TestBatchesGrowWhileABacklogLasts: with a backlog, every claim that comes
+// back full doubles the next one's size up to max_batch_size; once the
+// outbox is drained, the next backlog starts again at batch_size.
+func TestBatchesGrowWhileABacklogLasts(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	backlog := func(n int) {
+		evs := make([]outbox.Event, n)
+		for i := range evs {
+			agg := uuid.New()
+			evs[i] = event(&agg, "entity.customer.updated", "DDM_ENTITY", 1)
+		}
+		write(t, db, evs...)
+	}
+	var mu sync.Mutex
+	var sizes []int
+	cfg := fast()
+	cfg.BatchSize, cfg.MaxBatchSize = 50, 300
+	cfg.Routes = []relay.Route{{Consumer: slowConsumer{}}}
+	cfg.OnBatch = func(bs relay.BatchStats) {
+		mu.Lock()
+		sizes = append(sizes, bs.Claimed)
+		mu.Unlock()
+	}
+	backlog(2000)
+	r, _ := start(t, db, cfg)
+	testenv.Eventually(t, 60*time.Second, func() bool { return countStatus(t, db, "dispatched") == 2000 },
+		"the first backlog dispatched")
+	mu.Lock()
+	first := slices.Clone(sizes)
+	sizes = nil
+	mu.Unlock()
+	// 50, 100, 200, then 300 (the maximum) while the backlog lasts.
+	if len(first) < 4 || !slices.Equal(first[:4], []int{50, 100, 200, 300}) || slices.Max(first) != 300 {
+		t.Errorf("batch sizes of the first backlog: %v, want 50, 100, 200, then at most 300", first)
+	}
+	// Two claims after the drain (polls): the first found nothing, so the
+	// next backlog starts small.
+	claims := r.Stats().Claims
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.Stats().Claims >= claims+2 }, "the relay polls an empty outbox")
+	backlog(400)
+	testenv.Eventually(t, 60*time.Second, func() bool { return countStatus(t, db, "dispatched") == 2400 },
+		"the second backlog dispatched")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) == 0 || sizes[0] != 50 {
+		t.Errorf("batch sizes of the second backlog: %v, want the first one of batch_size 50", sizes)
+	}
+	t.Logf("batch sizes: first backlog %v, second %v", first, sizes)
 }

@@ -36,6 +36,9 @@ type Relay struct {
 	// skipBehind counts batches delivered without a claim beside them,
 	// after such a claim found little to do.
 	skipBehind int
+	// level is the batch size the next claim takes (an index of q.claims):
+	// it grows while claims come back full (see Config.MaxBatchSize).
+	level int
 	// dues are when the retries this relay scheduled fall due (local
 	// clock, not before the database's available_at); the worker wakes for
 	// the earliest instead of waiting for the next poll. At most maxDues are
@@ -52,7 +55,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize), wake: make(chan struct{}, 1)}
+	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize, cfg.MaxBatchSize), wake: make(chan struct{}, 1)}
 	r.leases = newLeases(pool, &r.q, &r.cfg)
 	r.cons = newConsumers(r)
 	return r, nil
@@ -83,7 +86,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	r.cfg.Logger.Info("relay: started", "instance", r.cfg.InstanceID, "schema", r.cfg.Schema,
-		"partitions", r.cfg.Partitions, "batch_size", r.cfg.BatchSize, "routes", len(r.cfg.Routes))
+		"partitions", r.cfg.Partitions, "batch_size", r.cfg.BatchSize, "max_batch_size", r.cfg.MaxBatchSize, "routes", len(r.cfg.Routes))
 	// The pause states before the first claim: a consumer paused by
 	// another relay is not handed a batch it would only refuse.
 	if err := r.cons.refresh(ctx); err != nil && ctx.Err() == nil {
@@ -246,6 +249,7 @@ type claimed struct {
 // delivered.
 type prefetch struct {
 	c     claimable
+	size  int // the batch size it claimed
 	start time.Time
 	done  chan struct{} // closed when evs, err and took are set
 	evs   []claimed
@@ -285,6 +289,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		evs  []claimed
 		held []bool
 		bs   BatchStats
+		size int // of the claim that got evs
 	)
 	pipelined := false
 	if p := r.next; p != nil {
@@ -293,14 +298,14 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		switch {
 		case p.err != nil:
 			r.cfg.Logger.Debug("relay: claim beside the deliveries failed; claiming again", "error", p.err)
-		case len(p.evs) < r.cfg.BatchSize/4:
+		case len(p.evs) < p.size/4:
 			// Most of the backlog sits behind the aggregates in flight
 			// (a few hot aggregates): claiming beside the deliveries
 			// costs more than it gives, for a while.
 			r.skipBehind = 8
 		}
 		if p.err == nil && len(p.evs) > 0 {
-			c, evs, held, pipelined = p.c, p.evs, p.held, true
+			c, evs, held, size, pipelined = p.c, p.evs, p.held, p.size, true
 			bs.Claim, bs.Pipelined = p.took, true
 		} else {
 			r.stats.claimNs.Add(int64(p.took))
@@ -317,7 +322,8 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			return false, nil
 		}
 		t0 := time.Now()
-		evs, held, err = r.claim(ctx, c, nil)
+		size = r.q.claims[r.level].size
+		evs, held, err = r.claim(ctx, c, nil, r.level)
 		bs.Claim = time.Since(t0)
 		if err != nil {
 			r.syncInflight()
@@ -325,6 +331,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		r.claimedAt(t0)
 	}
+	r.adapt(len(evs), size, pipelined)
 	if len(evs) == 0 {
 		r.syncInflight()
 		return false, nil
@@ -333,7 +340,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	bs.Claimed = len(evs)
 	// A claim that left batches out may come back short because of them;
 	// only a full claim can tell that the outbox is drained.
-	full = pipelined || len(evs) >= r.cfg.BatchSize
+	full = pipelined || len(evs) >= size
 
 	r.startDelivery(ctx, c, evs, held, bs)
 	if full && ctx.Err() == nil {
@@ -354,6 +361,21 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	return full, nil
+}
+
+// adapt sets the batch size of the next claims from a claim of size that
+// got n events: twice as large (at most Config.MaxBatchSize) after a full
+// one, while a backlog lasts; back to Config.BatchSize after a claim without
+// exclusions that found less than half of its size (the backlog is gone). A
+// short claim beside deliveries says nothing about the backlog (it left
+// the batches in flight out), so it changes nothing.
+func (r *Relay) adapt(n, size int, pipelined bool) {
+	switch {
+	case n >= size && size == r.q.claims[r.level].size && r.level < len(r.q.claims)-1:
+		r.level++
+	case !pipelined && n < size/2:
+		r.level = 0
+	}
 }
 
 // claimedAt notes a claim without exclusions that started at t: it took
@@ -424,10 +446,11 @@ func (r *Relay) settle(ctx context.Context, n int) error {
 
 // startClaim claims the next batch in the background, leaving out x.
 func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *prefetch {
-	p := &prefetch{c: c, start: time.Now(), done: make(chan struct{})}
+	level := r.level
+	p := &prefetch{c: c, size: r.q.claims[level].size, start: time.Now(), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.evs, p.held, p.err = r.claim(ctx, c, x)
+		p.evs, p.held, p.err = r.claim(ctx, c, x, level)
 		p.took = time.Since(p.start)
 	}()
 	return p
@@ -591,17 +614,18 @@ func excluding(batches ...[]claimed) *exclusion {
 // batch must not be handed to them even if they resume before it is
 // delivered (a later event of an aggregate may be in the batch without the
 // earlier one a held consumer still owes).
-func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion) (evs []claimed, held []bool, err error) {
+func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int) (evs []claimed, held []bool, err error) {
 	r.stats.claims.Add(1)
-	q, args := r.q.claimAll, []any{}
+	cs := &r.q.claims[level]
+	q, args := cs.all, []any{}
 	if !c.all {
-		q, args = r.q.claimOwned, []any{c.parts}
+		q, args = cs.owned, []any{c.parts}
 	}
 	if x != nil {
 		if c.all {
-			q = r.q.claimAllBehind
+			q = cs.allBehind
 		} else {
-			q = r.q.claimOwnedBehind
+			q = cs.ownedBehind
 		}
 		args = append(args, x.aggs, x.ids)
 	}

@@ -149,12 +149,7 @@ func TestPoisonFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	rc := newReceiver(t)
-	rc.setStatus(func(m sink.Message) int {
-		if m.EventType == "entity.customer.broken" {
-			return http.StatusUnprocessableEntity
-		}
-		return http.StatusOK
-	})
+	rc.setStatus(poisonBroken)
 	cfg := fast()
 	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
 	start(t, db, cfg)

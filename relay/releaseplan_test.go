@@ -37,7 +37,7 @@ func TestReleaseWorkIsLinearInTheHeldRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	q := newQueries(db.Schema, 16, 500)
+	q := newQueries(db.Schema, 16, 500, 500)
 	for name, c := range map[string]struct {
 		sql  string
 		args []any

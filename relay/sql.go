@@ -319,8 +319,10 @@ WHERE owner = $1 AND partition = ANY($2::int[])`
 
 // queries holds the statements with the schema filled in.
 type queries struct {
-	claimAll, claimOwned, ack                             string
-	claimAllBehind, claimOwnedBehind                      string
+	// claims are the claim statements by batch size, smallest first
+	// (Config.BatchSize, doubling up to Config.MaxBatchSize).
+	claims                                                []claimSet
+	ack                                                   string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 	releaseAll                                            string
@@ -328,35 +330,31 @@ type queries struct {
 	unholdOrphans                                         string
 }
 
-// newQueries fills in the schema, and the partition count and batch size as
-// literals: with them as parameters PostgreSQL estimates the generic plan of
-// the claim worse than the custom ones and plans it anew on every call.
-func newQueries(schema string, partitions, batch int) queries {
-	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(),
-		"{partitions}", strconv.Itoa(partitions), "{batch}", strconv.Itoa(batch), "{window}", strconv.Itoa(4*batch))
-	claim := func(owned, behind bool) string {
-		q, first, filter := claimSQL, 1, ""
-		if behind {
-			q = claimBehindSQL
-		}
-		if owned {
-			filter = "AND " + partitionExpr + " = ANY($1::int[])"
-			first = 2
-		}
-		paused := first
-		if behind {
-			paused = first + 2
-		}
-		q = strings.NewReplacer("{partition_filter}", filter,
-			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1),
-			"{paused}", "$"+strconv.Itoa(paused), "{consumers}", "$"+strconv.Itoa(paused+1)).Replace(q)
-		return r.Replace(q)
+// claimSet is the claim statements of one batch size.
+type claimSet struct {
+	size                               int
+	all, owned, allBehind, ownedBehind string
+}
+
+// batchSizes are the sizes a claim takes: batch, doubling while below
+// maxBatch, and maxBatch.
+func batchSizes(batch, maxBatch int) []int {
+	sizes := []int{batch}
+	for n := 2 * batch; n < maxBatch; n *= 2 {
+		sizes = append(sizes, n)
 	}
-	return queries{
-		claimAll:            claim(false, false),
-		claimOwned:          claim(true, false),
-		claimAllBehind:      claim(false, true),
-		claimOwnedBehind:    claim(true, true),
+	if maxBatch > batch {
+		sizes = append(sizes, maxBatch)
+	}
+	return sizes
+}
+
+// newQueries fills in the schema, and the partition count and batch sizes
+// as literals: with them as parameters PostgreSQL estimates the generic plan
+// of the claim worse than the custom ones and plans it anew on every call.
+func newQueries(schema string, partitions, batch, maxBatch int) queries {
+	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(), "{partitions}", strconv.Itoa(partitions))
+	q := queries{
 		ack:                 r.Replace(ackSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),
@@ -374,4 +372,34 @@ func newQueries(schema string, partitions, batch int) queries {
 		releaseHeld:         r.Replace(releaseHeldSQL),
 		unholdOrphans:       r.Replace(unholdOrphansSQL),
 	}
+	for _, n := range batchSizes(batch, maxBatch) {
+		q.claims = append(q.claims, newClaimSet(r, n))
+	}
+	return q
+}
+
+// newClaimSet fills in the claims of batch size n (r fills in the schema
+// and the partition count).
+func newClaimSet(r *strings.Replacer, n int) claimSet {
+	size := strings.NewReplacer("{batch}", strconv.Itoa(n), "{window}", strconv.Itoa(4*n))
+	claim := func(owned, behind bool) string {
+		q, first, filter := claimSQL, 1, ""
+		if behind {
+			q = claimBehindSQL
+		}
+		if owned {
+			filter = "AND " + partitionExpr + " = ANY($1::int[])"
+			first = 2
+		}
+		paused := first
+		if behind {
+			paused = first + 2
+		}
+		q = strings.NewReplacer("{partition_filter}", filter,
+			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1),
+			"{paused}", "$"+strconv.Itoa(paused), "{consumers}", "$"+strconv.Itoa(paused+1)).Replace(q)
+		return r.Replace(size.Replace(q))
+	}
+	return claimSet{size: n, all: claim(false, false), owned: claim(true, false),
+		allBehind: claim(false, true), ownedBehind: claim(true, true)}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -308,35 +309,23 @@ func newTestSampler(db *testenv.DB) *lag.Sampler {
 	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
 }
 
-// TestConsoleActions runs a relay with an operator token over an outbox
-// with two failed events: a retry from the page in headless Chromium makes
-// the first flow (the relay delivers it: checked in the database) and is
-// recorded in aa_job with who did it; an action without the token, with a
-// wrong one, with the token in the URL, or from another site (a form posted
-// by another origin's page in the same browser, and requests carrying the
-// token with a foreign Origin or Sec-Fetch-Site) changes nothing.
-func TestConsoleActions(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	ctx := context.Background()
-	var delivered atomic.Int64
+// The operator token of the relays startOperatorRelay starts.
+const token = "op-token-5e3c9a"
+
+// startOperatorRelay runs a relay with the operator token whose consumer
+// crm-hook (a webhook that answers 204) gets entity.customer.*, and returns
+// its address and the count of the webhook's requests.
+func startOperatorRelay(t *testing.T, db *testenv.DB) (string, *atomic.Int64) {
+	t.Helper()
+	delivered := new(atomic.Int64)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		delivered.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(hook.Close)
-	const token = "op-token-5e3c9a"
 	tokenFile := filepath.Join(t.TempDir(), "operator-token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
-	}
-	var ids [2]int64
-	for i := range ids {
-		if err := db.Pool.QueryRow(ctx, `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
-			VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version": 1, "name": "Ada"}', 'failed', 3, 'webhook: HTTP 500 from the endpoint')
-			RETURNING id`, uuid.New()).Scan(&ids[i]); err != nil {
-			t.Fatal(err)
-		}
 	}
 	addr := testenv.FreeAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -349,17 +338,43 @@ routes:
   - {consumer: crm-hook, event_types: ["entity.customer.*"]}
 `, db.URL, db.Schema, addr, tokenFile, hook.URL))
 	startRelay(t, cfg, addr)
-	status := func(id int64) string {
-		t.Helper()
-		var s string
-		err := db.Pool.QueryRow(ctx, "SELECT status::text FROM aa_outbox_event WHERE id = $1", id).Scan(&s)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return "gone"
-		} else if err != nil {
+	return addr, delivered
+}
+
+// eventStatus is an event's status, "gone" when it left the outbox.
+func eventStatus(t *testing.T, db *testenv.DB, id int64) string {
+	t.Helper()
+	var s string
+	err := db.Pool.QueryRow(context.Background(), "SELECT status::text FROM aa_outbox_event WHERE id = $1", id).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "gone"
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestConsoleActions runs a relay with an operator token over an outbox
+// with two failed events: a retry from the page in headless Chromium makes
+// the first flow (the relay delivers it: checked in the database) and is
+// recorded in aa_job with who did it; an action without the token, with a
+// wrong one, with the token in the URL, or from another site (a form posted
+// by another origin's page in the same browser, and requests carrying the
+// token with a foreign Origin or Sec-Fetch-Site) changes nothing.
+func TestConsoleActions(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	var ids [2]int64
+	for i := range ids {
+		if err := db.Pool.QueryRow(ctx, `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
+			VALUES ('entity.customer.updated', 'DDM_ENTITY', $1, '{"version": 1, "name": "Ada"}', 'failed', 3, 'webhook: HTTP 500 from the endpoint')
+			RETURNING id`, uuid.New()).Scan(&ids[i]); err != nil {
 			t.Fatal(err)
 		}
-		return s
 	}
+	addr, delivered := startOperatorRelay(t, db)
+	status := func(id int64) string { return eventStatus(t, db, id) }
 	jobs := func() int {
 		t.Helper()
 		var n int
@@ -478,5 +493,238 @@ fetch(%q, {method: "POST", mode: "no-cors", body: "x", headers: {"Content-Type":
 		if err == nil {
 			_ = os.WriteFile(out, png, 0o644)
 		}
+	}
+}
+
+// TestConsoleBulkActions runs a relay with an operator token over an outbox
+// with three failed entity.customer.updated events, one failed event of
+// another type, and an aggregate whose failed head holds back a pending
+// event. The API refuses what it cannot run (no token, a bad action, two
+// selectors, an unknown consumer, a filter that narrows nothing without
+// "all", a skip for a consumer or of a pending event) and its dry run
+// changes nothing; from the page in headless Chromium a retry of every event
+// matching the filter makes exactly those flow, after a confirmation that
+// shows the dry run's count, and a skip of the aggregate from an event's
+// page lets the event behind the head be delivered (checked in the
+// database; recorded in aa_job with who did it). Without a configured
+// token the page is read-only.
+func TestConsoleBulkActions(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	insert := func(etype string, agg uuid.UUID, status string) int64 {
+		t.Helper()
+		var id int64
+		if err := db.Pool.QueryRow(ctx, `INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
+			VALUES ($1, 'DDM_ENTITY', $2, '{"version": 1}', $3::text::outbox_status, CASE WHEN $3 = 'failed' THEN 3 ELSE 0 END,
+			        CASE WHEN $3 = 'failed' THEN 'webhook: HTTP 500 from the endpoint' END)
+			RETURNING id`, etype, agg, status).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var updated []int64
+	for range 3 {
+		updated = append(updated, insert("entity.customer.updated", uuid.New(), "failed"))
+	}
+	other := insert("entity.customer.deleted", uuid.New(), "failed")
+	agg := uuid.New()
+	head := insert("entity.customer.merged", agg, "failed")
+	behind := insert("entity.customer.renamed", agg, "pending")
+	addr, delivered := startOperatorRelay(t, db)
+	// jobs counts the operator actions' aa_job rows of these kinds (all:
+	// none given) and names the last owner.
+	jobs := func(kinds ...string) (n int, owner string) {
+		t.Helper()
+		if len(kinds) == 0 {
+			kinds = []string{outbox.JobKindRetry, outbox.JobKindAck, outbox.JobKindSkip}
+		}
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*), coalesce(max(owner), '') FROM aa_job WHERE job_kind = ANY($1)", kinds).Scan(&n, &owner); err != nil {
+			t.Fatal(err)
+		}
+		return n, owner
+	}
+	statuses := func(ids ...int64) []string {
+		var out []string
+		for _, id := range ids {
+			out = append(out, eventStatus(t, db, id))
+		}
+		return out
+	}
+	post := func(url, body string, withToken bool) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if withToken {
+			req.Header.Set(dashboard.TokenHeader, token)
+			req.Header.Set(dashboard.OperatorHeader, "script")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	actions := "http://" + addr + "/api/actions"
+
+	// Refused: nothing changes, no aa_job row.
+	for _, c := range []struct {
+		name, body string
+		withToken  bool
+		want       int
+		says       string
+	}{
+		{"no token", fmt.Sprintf(`{"action": "retry", "ids": [%d]}`, head), false, http.StatusUnauthorized, "operator token"},
+		{"bad action", `{"action": "delete", "ids": [1]}`, true, http.StatusBadRequest, `action \"delete\": want retry, ack, skip`},
+		{"no selector", `{"action": "retry"}`, true, http.StatusBadRequest, "exactly one of ids, aggregate or filter"},
+		{"two selectors", fmt.Sprintf(`{"action": "retry", "ids": [%d], "filter": {"event_type": "entity.*"}}`, head), true, http.StatusBadRequest,
+			"ids and filter: give exactly one"},
+		{"unknown consumer", `{"action": "retry", "filter": {"consumer": "nope", "event_type": "entity.*"}}`, true, http.StatusBadRequest,
+			`unknown consumer \"nope\"; the configured consumers are crm-hook`},
+		{"filter without narrowing", `{"action": "ack", "filter": {"status": "failed"}}`, true, http.StatusBadRequest, `or say \"all\": true`},
+		{"consumer alone", `{"action": "retry", "filter": {"consumer": "crm-hook"}}`, true, http.StatusBadRequest, "filter narrows nothing"},
+		{"aggregate pattern", fmt.Sprintf(`{"action": "skip", "aggregate": {"type": "DDM_*", "id": %q}}`, agg), true, http.StatusBadRequest, "no * or ?"},
+		{"unknown field", `{"action": "retry", "ids": [1], "every": true}`, true, http.StatusBadRequest, "unknown field"},
+		{"skip for a consumer", `{"action": "skip", "consumer": "crm-hook", "filter": {"event_type": "entity.*"}}`, true, http.StatusConflict,
+			"ack --consumer crm-hook"},
+		{"skip of a pending event", fmt.Sprintf(`{"action": "skip", "ids": [%d]}`, behind), true, http.StatusConflict, "is pending"},
+	} {
+		code, body := post(actions, c.body, c.withToken)
+		if code != c.want || !strings.Contains(body, c.says) || strings.Contains(body, token) {
+			t.Errorf("%s: %d %s, want %d saying %q", c.name, code, body, c.want, c.says)
+		}
+	}
+	if code, body := post("http://"+addr+"/api/events/"+strconv.FormatInt(behind, 10)+"/skip", "", true); code != http.StatusConflict ||
+		!strings.Contains(body, "skip applies to failed events only") {
+		t.Errorf("skip of one pending event: %d %s", code, body)
+	}
+	// A dry run answers the count and the ids, and changes nothing.
+	code, body := post(actions, `{"action": "retry", "filter": {"status": "failed", "event_type": "entity.customer.updated"}, "dry_run": true}`, true)
+	var dry dashboard.ActionsAnswer
+	if err := json.Unmarshal([]byte(body), &dry); code != http.StatusOK || err != nil || !dry.DryRun || dry.Count != 3 || !slices.Equal(dry.IDs, updated) || dry.JobID != 0 {
+		t.Fatalf("dry run: %d %s (%v)", code, body, err)
+	}
+	if n, _ := jobs(); n != 0 || !slices.Equal(statuses(append(slices.Clone(updated), other, head, behind)...),
+		[]string{"failed", "failed", "failed", "failed", "failed", "pending"}) {
+		t.Fatalf("the refusals or the dry run changed something: %d aa_job rows, %v", n, statuses(append(slices.Clone(updated), other, head, behind)...))
+	}
+
+	bctx := openBrowser(t, "http://"+addr+"/")
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		for _, a := range actions {
+			if _, err := chromedp.Run(bctx, a); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+	}
+	text := func(css string) string {
+		s, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(css)))
+		return s
+	}
+	waitText := func(css, want, what string) {
+		t.Helper()
+		testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(text(css), want) }, "%s: %s never said %q: %q", what, css, want, text(css))
+	}
+	run("sign in", chromedp.SendKeys(chromedp.CSS("#operator"), "ada"), chromedp.SendKeys(chromedp.CSS("#token"), token))
+	// Retry every failed entity.customer.updated event: the confirmation
+	// shows the dry run's count, which changed nothing.
+	run("filter", chromedp.SendKeys(chromedp.CSS("#f-type"), "entity.customer.updated"), chromedp.Click(chromedp.CSS("#f-apply")))
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s := text("#events tbody")
+		return strings.Contains(s, strconv.FormatInt(updated[2], 10)) && !strings.Contains(s, "entity.customer.deleted")
+	}, "the filtered list: %q", text("#events tbody"))
+	run("retry all", chromedp.Click(chromedp.CSS(`#bulkacts button[data-bulk="retry"]`)))
+	waitText("#confirmtext", "Retry 3 events of the filter: failed of type entity.customer.updated?", "the confirmation")
+	if n, _ := jobs(); n != 0 || eventStatus(t, db, updated[0]) != "failed" {
+		t.Fatal("the page's dry run changed something")
+	}
+	run("confirm", chromedp.Click(chromedp.CSS("#confirm-yes")))
+	waitText("#actionmsg", "recorded as job", "the retry")
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		for _, s := range statuses(updated...) {
+			if s != "dispatched" && s != "gone" {
+				return false
+			}
+		}
+		return delivered.Load() >= 3
+	}, "the retried events never flowed: %v", statuses(updated...))
+	var param string
+	if err := db.Pool.QueryRow(ctx, "SELECT params->>'event_type' FROM aa_job WHERE job_kind = 'outbox_retry'").Scan(&param); err != nil || param != "entity.customer.updated" {
+		t.Errorf("retry job params.event_type %q (%v)", param, err)
+	}
+	if n, owner := jobs("outbox_retry"); n != 1 || owner != "console:ada" {
+		t.Errorf("%d retry jobs by %q, want 1 by console:ada", n, owner)
+	}
+	if s := statuses(other, head, behind); !slices.Equal(s, []string{"failed", "failed", "pending"}) {
+		t.Errorf("the events outside the filter: %v, want failed, failed, pending", s)
+	}
+
+	// Skip the blocked aggregate from its head's page: the event behind it
+	// is delivered, the head stays skipped.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("f-type").value = ""; true`)); err != nil {
+		t.Fatal(err)
+	}
+	run("show all", chromedp.Click(chromedp.CSS("#f-apply")))
+	waitText("#events tbody", strconv.FormatInt(head, 10), "the list")
+	run("open the head", chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[data-open="%d"]`, head))))
+	waitText("#detailtitle", "entity.customer.merged", "the head's page")
+	run("skip the aggregate", chromedp.Click(chromedp.CSS(`#detailacts button[data-agg-act="skip"]`)))
+	waitText("#confirmtext", "Skip 1 event of aggregate DDM_ENTITY/"+agg.String(), "the confirmation")
+	if out := os.Getenv("SEARCHSYNC_CONSOLE_BULK_SCREENSHOT"); out != "" {
+		if png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
+			_ = os.WriteFile(out, png, 0o644)
+		}
+	}
+	run("confirm", chromedp.Click(chromedp.CSS("#confirm-yes")))
+	waitText("#actionmsg", "skip of aggregate", "the skip")
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		s := eventStatus(t, db, behind)
+		return s == "dispatched" || s == "gone"
+	}, "the event behind the skipped head never flowed: %s", eventStatus(t, db, behind))
+	if s := eventStatus(t, db, head); s != "skipped" {
+		t.Errorf("the head is %s after the skip, want skipped", s)
+	}
+	if n, owner := jobs("outbox_skip"); n != 1 || owner != "console:ada" {
+		t.Errorf("%d skip jobs by %q, want 1 by console:ada", n, owner)
+	}
+	// A cancelled confirmation changes nothing.
+	run("ack all", chromedp.Click(chromedp.CSS(`#bulkacts button[data-bulk="ack"]`)))
+	waitText("#confirmtext", "Ack 1 event of the filter: failed (every event type)?", "the ack's confirmation")
+	run("cancel", chromedp.Click(chromedp.CSS("#confirm-no")))
+	waitText("#actionmsg", "cancelled; nothing changed", "the cancel")
+	if s, n := eventStatus(t, db, other), 0; s != "failed" {
+		t.Errorf("after the cancelled ack: %s (%d)", s, n)
+	}
+	if n, _ := jobs("outbox_ack"); n != 0 {
+		t.Errorf("%d ack jobs after a cancelled ack", n)
+	}
+
+	// Without a configured token the page is read-only: a hint, no action
+	// buttons, and /api/actions refused.
+	smp := newTestSampler(db)
+	if _, err := smp.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ro := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Events: &dashboard.Events{Admin: outbox.NewAdmin(db.Schema), DB: db.Pool}}))
+	t.Cleanup(ro.Close)
+	roCtx, cancelRO := chromedp.NewContext(bctx)
+	defer cancelRO()
+	if _, err := chromedp.Run(roCtx, chromedp.Navigate(ro.URL)); err != nil {
+		t.Fatal(err)
+	}
+	var page string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		page, _ = chromedp.Run(roCtx, chromedp.Evaluate[string](`JSON.stringify({readonly: !document.getElementById("readonly").hidden,
+			bulk: !document.getElementById("bulkacts").hidden, rows: document.querySelectorAll("#events tbody tr").length,
+			buttons: document.querySelectorAll("#events button, #bulkacts:not([hidden]) button").length})`))
+		return page == `{"readonly":true,"bulk":false,"rows":1,"buttons":0}`
+	}, "the read-only page: %s", page)
+	if code, body := post(ro.URL+"/api/actions", fmt.Sprintf(`{"action": "ack", "ids": [%d]}`, other), true); code != http.StatusForbidden ||
+		!strings.Contains(body, "http.operator_token") {
+		t.Errorf("an action without a configured token: %d %s", code, body)
 	}
 }

@@ -27,6 +27,7 @@ type OutboxCmd struct {
 	List   OutboxListCmd   `cmd:"" help:"List events by status, event type, aggregate, time or consumer (--consumer: what it still owes or parked)."`
 	Retry  OutboxRetryCmd  `cmd:"" help:"Move failed events (or one consumer's failed deliveries, --consumer) back to pending (attempts 0, due now)."`
 	Ack    OutboxAckCmd    `cmd:"" help:"Acknowledge failed or skipped events by hand: delete them and record who did it in aa_job (--consumer: one consumer's failed deliveries)."`
+	Skip   OutboxSkipCmd   `cmd:"" help:"Set failed events skipped: they stop blocking their aggregates and stay, with their last_error, until acknowledged (no --consumer: use ack --consumer)."`
 }
 
 // OutboxStatusCmd prints the state of the outbox.
@@ -254,7 +255,7 @@ func printEvents(out io.Writer, evs []outbox.Listed, consumer string, payload bo
 	tw.Flush()
 }
 
-// changeFlags are the flags of retry and ack.
+// changeFlags are the flags of retry, ack and skip.
 type changeFlags struct {
 	filterFlags
 	IDs    []int64 `arg:"" optional:"" name:"ids" help:"Event ids."`
@@ -299,6 +300,16 @@ func (c *OutboxAckCmd) Run(ctx context.Context, g *Globals) error {
 	return c.run(ctx, g, "ack")
 }
 
+// OutboxSkipCmd sets failed events skipped.
+type OutboxSkipCmd struct {
+	changeFlags
+}
+
+// Run skips the selected failed events.
+func (c *OutboxSkipCmd) Run(ctx context.Context, g *Globals) error {
+	return c.run(ctx, g, "skip")
+}
+
 func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error {
 	f, err := c.filter(c.IDs, c.Limit)
 	if err != nil {
@@ -312,19 +323,15 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 		return err
 	}
 	defer pool.Close()
-	var ch *outbox.Change
-	if action == "retry" {
-		ch, err = admin.Retry(ctx, pool, f, c.options())
-	} else {
-		ch, err = admin.Ack(ctx, pool, f, c.options())
-	}
+	ch, err := admin.Act(ctx, pool, action, f, c.options())
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return printJSON(ch)
 	}
-	verb := map[string]string{"retry": "retried (failed → pending, attempts 0, due now)", "ack": "acknowledged (deleted, recorded in aa_job)"}[action]
+	verb := map[string]string{"retry": "retried (failed → pending, attempts 0, due now)", "ack": "acknowledged (deleted, recorded in aa_job)",
+		"skip": "skipped (failed → skipped: no longer blocking; kept until acknowledged)"}[action]
 	if ch.Consumer != "" {
 		verb = map[string]string{
 			"retry": "retried for " + ch.Consumer + " (its failed deliveries → pending, attempts 0, due now)",

@@ -252,3 +252,47 @@ FROM aa_outbox_delivery WHERE event_id = 2`).Scan(&rows, &status)
 		t.Fatalf("aa_job: kinds %q consumers %q", kinds, consumers)
 	}
 }
+
+// TestOutboxSkipCommand: `outbox skip` refuses what it does not take (no
+// selection, a pending event, --consumer: pointing at ack --consumer),
+// shows a dry run, then skips the failed head, which unblocks its aggregate
+// and stays until `outbox ack`.
+func TestOutboxSkipCommand(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	seedOutbox(t, db)
+	ctx := context.Background()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"outbox", "skip"}, "no selection"},
+		{[]string{"outbox", "skip", "2"}, "event 2 is pending"},
+		{[]string{"outbox", "skip", "--consumer", "search", "1"}, "ack --consumer search"},
+		{[]string{"outbox", "skip", "--status", "skipped", "--all"}, "failed events only"},
+	} {
+		if _, stderr, code := outboxCLI(t, db, c.args...); code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, %q; want a refusal saying %q", c.args, code, stderr, c.want)
+		}
+	}
+	out, stderr, code := outboxCLI(t, db, "outbox", "skip", "--aggregate-type", "DDM_ENTITY", "--dry-run")
+	if code != 0 || !strings.Contains(out, "dry run: 1 event would be skipped") {
+		t.Fatalf("skip --dry-run: %d %s %s", code, out, stderr)
+	}
+	out, stderr, code = outboxCLI(t, db, "outbox", "skip", "1", "--by", "ops@example", "--note", "customer merged", "--json")
+	var ch outbox.Change
+	if err := json.Unmarshal([]byte(out), &ch); code != 0 || err != nil || ch.Action != "skip" || ch.Count != 1 || ch.JobID == 0 {
+		t.Fatalf("skip 1: %d %v %s %s", code, err, out, stderr)
+	}
+	var status, owner string
+	if err := db.Pool.QueryRow(ctx, `SELECT e.status::text, j.owner FROM aa_outbox_event e, aa_job j WHERE e.id = 1 AND j.id = $1 AND j.job_kind = 'outbox_skip'`,
+		ch.JobID).Scan(&status, &owner); err != nil || status != "skipped" || owner != "ops@example" {
+		t.Fatalf("after skip: event 1 %s, job owner %q (%v)", status, owner, err)
+	}
+	if out, _, code := outboxCLI(t, db, "outbox", "status"); code != 0 || !strings.Contains(out, "blocked aggregates: 0") {
+		t.Fatalf("status after skip: %d %s", code, out)
+	}
+	if out, stderr, code := outboxCLI(t, db, "outbox", "ack", "1"); code != 0 || !strings.Contains(out, "1 event acknowledged") {
+		t.Fatalf("ack of the skipped event: %d %s %s", code, out, stderr)
+	}
+}

@@ -172,13 +172,17 @@ function drawCharts() {
 }
 
 // Event pages: /api/events (filters, paging by after_id), /api/events/{id},
-// /api/blocked; actions POST /api/events/{id}/retry|ack with the token in a
-// header (never in a URL), loaded on demand, not at every refresh.
+// /api/blocked; actions POST /api/events/{id}/retry|ack|skip and, for an
+// aggregate or the current filter, POST /api/actions (a dry run first, whose
+// count the confirmation shows) with the token in a header (never in a URL),
+// loaded on demand, not at every refresh.
 const ev = {after: 0, next: 0, actions: false, blockedOffset: 0};
 
 function actionsEnabled(on) {
   ev.actions = !!on;
   $("actionsbar").hidden = !ev.actions;
+  $("readonly").hidden = ev.actions;
+  bulkButtons();
   $("token").value = $("token").value || sessionStorage.getItem("searchsync-token") || "";
   $("operator").value = $("operator").value || sessionStorage.getItem("searchsync-operator") || "";
 }
@@ -235,9 +239,31 @@ async function loadBlocked() {
   rows("blockedtbl", page.blocked, (b) => [b.aggregate_type + "/" + b.aggregate_id, b.head_id, b.event_type, b.status, b.waiting, (b.consumers || []).join(", ") || "–", b.last_error], true);
 }
 
+const actionNames = {retry: "Retry", ack: "Ack", skip: "Skip"};
+
 function actButtons(e) {
   if (!ev.actions || e.status !== "failed") return "";
-  return `<button class="act" data-act="retry" data-id="${e.id}">Retry</button><button class="act" data-act="ack" data-id="${e.id}">Ack</button>`;
+  return Object.entries(actionNames).map(([a, label]) => `<button class="act" data-act="${a}" data-id="${e.id}">${label}</button>`).join("");
+}
+
+// aggButtons: the actions on every event of the event's aggregate.
+function aggButtons(e) {
+  if (!ev.actions || !e.aggregate_id) return "";
+  return Object.entries(actionNames).map(([a, label]) =>
+    `<button class="act" data-agg-act="${a}" data-type="${esc(e.aggregate_type)}" data-aid="${esc(e.aggregate_id)}">${label} this aggregate</button>`).join("");
+}
+
+// bulkButtons: the actions on every event matching the current filter, on
+// the failed listing only; skip takes no consumer (ack for a consumer marks
+// its delivery done).
+function bulkButtons() {
+  const failed = $("f-status").value === "failed", consumer = $("f-consumer").value;
+  $("bulkacts").hidden = !ev.actions || !failed;
+  for (const b of document.querySelectorAll("#bulkacts button[data-bulk]")) {
+    const skipOne = b.dataset.bulk === "skip" && consumer;
+    b.disabled = !!skipOne;
+    b.title = skipOne ? "skip takes no consumer: Ack all for " + consumer + " marks its failed deliveries done" : "";
+  }
 }
 
 function msg(text, ok) {
@@ -246,24 +272,33 @@ function msg(text, ok) {
 }
 
 async function openEvent(id) {
+  ev.detailID = id;
   let d;
   try { d = await getJSON("api/events/" + id); } catch (e) { msg("event " + id + ": " + e.message, false); return; }
   $("detail").hidden = false;
   $("detailtitle").textContent = "Event " + id + " · " + d.event.event_type + " · " + d.event.status;
-  $("detailacts").innerHTML = actButtons(d.event);
+  $("detailacts").innerHTML = actButtons(d.event) + aggButtons(d.event);
   $("detailjson").textContent = JSON.stringify(d.event, null, 2);
   rows("waiting", d.waiting, (w) => [w.id, w.event_type, w.status, new Date(w.created_at).toLocaleString()]);
 }
 
-async function act(action, id) {
+// post sends an action with the token; null when there is no token (the
+// page says so) or the answer to the caller.
+async function post(url, req) {
   const token = $("token").value;
-  if (!token) { msg("enter the operator token first", false); return; }
+  if (!token) { msg("enter the operator token first", false); return null; }
   sessionStorage.setItem("searchsync-token", token);
   sessionStorage.setItem("searchsync-operator", $("operator").value);
-  const r = await fetch("api/events/" + id + "/" + action, {method: "POST", cache: "no-store",
+  const r = await fetch(url, {method: "POST", cache: "no-store",
     headers: {"Content-Type": "application/json", "X-Searchsync-Token": token, "X-Searchsync-Operator": $("operator").value || "console"},
-    body: "{}"});
-  const body = await r.json().catch(() => ({}));
+    body: JSON.stringify(req)});
+  return {r, body: await r.json().catch(() => ({}))};
+}
+
+async function act(action, id) {
+  const a = await post("api/events/" + id + "/" + action, {});
+  if (!a) return;
+  const {r, body} = a;
   if (!r.ok) { msg(action + " of event " + id + " refused: " + (body.error || "HTTP " + r.status), false); return; }
   msg(action + " of event " + id + ": " + body.count + " event(s) changed" + (body.job_id ? ", recorded as job " + body.job_id : "") +
     ((body.events || [])[0] ? " (" + body.events[0].outcome + ")" : ""), true);
@@ -271,11 +306,50 @@ async function act(action, id) {
   if (!$("detail").hidden) openEvent(id);
 }
 
+// actMany runs an action on an aggregate or a filter (sel: the part of
+// the /api/actions request that selects): a dry run first, then the
+// confirmation with its count; confirmed, the action itself.
+async function actMany(action, sel, what) {
+  const dry = await post("api/actions", Object.assign({action, dry_run: true}, sel));
+  if (!dry) return;
+  if (!dry.r.ok) { msg(action + " of " + what + " refused: " + (dry.body.error || "HTTP " + dry.r.status), false); return; }
+  const n = dry.body.count;
+  if (!n) { msg("nothing to " + action + ": no event of " + what + " qualifies", false); return; }
+  const ids = dry.body.ids || [];
+  $("confirmtext").textContent = actionNames[action] + " " + n + " event" + (n === 1 ? "" : "s") + " of " + what + "? (" +
+    ids.slice(0, 10).join(", ") + (n > 10 ? ", …" : "") + ")";
+  $("confirm-yes").textContent = actionNames[action] + " " + n;
+  $("confirmbox").hidden = false;
+  ev.confirm = async () => {
+    const a = await post("api/actions", Object.assign({action}, sel));
+    if (!a) return;
+    if (!a.r.ok) { msg(action + " of " + what + " refused: " + (a.body.error || "HTTP " + a.r.status), false); return; }
+    msg(action + " of " + what + ": " + a.body.count + " event(s) changed" + (a.body.job_id ? ", recorded as job " + a.body.job_id : ""), true);
+    loadEvents();
+    if (!$("detail").hidden && ev.detailID) openEvent(ev.detailID);
+  };
+}
+
+// bulkSelection is the current filter as /api/actions takes it; a filter
+// without an event type is every failed event (of the consumer), said
+// explicitly ("all") after the confirmation showed the count.
+function bulkSelection() {
+  const type = $("f-type").value.trim(), consumer = $("f-consumer").value;
+  const what = "failed" + (consumer ? " for " + consumer : "") + (type ? " of type " + type : " (every event type)");
+  return {sel: {filter: {status: "failed", consumer, event_type: type}, all: !type}, what: "the filter: " + what};
+}
+
 document.addEventListener("click", (e) => {
   const t = e.target;
   if (t.dataset.open) openEvent(t.dataset.open);
   if (t.dataset.act) act(t.dataset.act, t.dataset.id);
+  if (t.dataset.aggAct) actMany(t.dataset.aggAct, {aggregate: {type: t.dataset.type, id: t.dataset.aid}}, "aggregate " + t.dataset.type + "/" + t.dataset.aid);
+  if (t.dataset.bulk) { const b = bulkSelection(); actMany(t.dataset.bulk, b.sel, b.what); }
 });
+$("confirm-yes").addEventListener("click", () => { $("confirmbox").hidden = true; const f = ev.confirm; ev.confirm = null; if (f) f(); });
+$("confirm-no").addEventListener("click", () => { $("confirmbox").hidden = true; ev.confirm = null; msg("cancelled; nothing changed", true); });
+$("f-status").addEventListener("change", bulkButtons);
+$("f-consumer").addEventListener("change", bulkButtons);
 $("f-apply").addEventListener("click", () => { ev.after = 0; ev.blockedOffset = 0; loadEvents(); });
 $("f-next").addEventListener("click", () => { ev.after = ev.next; loadEvents(); });
 $("f-first").addEventListener("click", () => { ev.after = 0; loadEvents(); });

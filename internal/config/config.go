@@ -76,8 +76,12 @@ type Relay struct {
 	// Partitions spreads aggregates over this many partitions, each owned by
 	// one relay at a time. Default 32. Every relay of one database must agree.
 	Partitions int `yaml:"partitions"`
-	// BatchSize is the most events claimed at once. Default 500.
+	// BatchSize is the most events the first claim takes. Default 500.
 	BatchSize int `yaml:"batch_size"`
+	// MaxBatchSize is the most events claimed at once while a backlog
+	// lasts (each full claim doubles the next one's size up to it).
+	// Default 8 × batch_size.
+	MaxBatchSize int `yaml:"max_batch_size"`
 	// InFlight is the most batches delivered at once while the outbox has a
 	// backlog; batches in flight never share an aggregate. Default 2.
 	InFlight int `yaml:"in_flight"`

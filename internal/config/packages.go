@@ -23,6 +23,7 @@ func (c *Config) RelayConfig() relay.Config {
 		Schema:       c.Database.Schema,
 		Partitions:   r.Partitions,
 		BatchSize:    r.BatchSize,
+		MaxBatchSize: r.MaxBatchSize,
 		InFlight:     r.InFlight,
 		PollInterval: r.PollInterval,
 		LeaseTTL:     r.LeaseTTL,
@@ -51,6 +52,7 @@ func (c *Config) setPackageDefaults() {
 	c.Relay = Relay{
 		Partitions:   rc.Partitions,
 		BatchSize:    rc.BatchSize,
+		MaxBatchSize: rc.MaxBatchSize,
 		InFlight:     rc.InFlight,
 		PollInterval: rc.PollInterval,
 		LeaseTTL:     rc.LeaseTTL,

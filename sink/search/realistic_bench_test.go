@@ -1,6 +1,7 @@
 package search_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -107,13 +108,28 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 			}
 			b.Cleanup(func() { pprof.StopCPUProfile(); out.Close() })
 		}
-		if v := os.Getenv("SEARCHSYNC_BENCH_IN_FLIGHT"); v != "" {
-			// relay.in_flight other than the default, to compare
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				b.Fatalf("SEARCHSYNC_BENCH_IN_FLIGHT=%q: %v", v, err)
+		for env, field := range map[string]*int{
+			// relay settings other than the defaults, to compare
+			"SEARCHSYNC_BENCH_IN_FLIGHT": &cfg.InFlight,
+			"SEARCHSYNC_BENCH_BATCH":     &cfg.BatchSize,
+			"SEARCHSYNC_BENCH_MAX_BATCH": &cfg.MaxBatchSize,
+		} {
+			if v := os.Getenv(env); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					b.Fatalf("%s=%q: %v", env, v, err)
+				}
+				*field = n
 			}
-			cfg.InFlight = n
+		}
+		var pipelined, small int // batches claimed beside deliveries; claims under a quarter full
+		cfg.OnBatch = func(bs relay.BatchStats) {
+			if bs.Pipelined {
+				pipelined++
+			}
+			if bs.Claimed < cmp.Or(cfg.BatchSize, 500)/4 {
+				small++
+			}
 		}
 		c0 := testenv.ReadCPU()
 		start := time.Now()
@@ -148,7 +164,8 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		b.Logf("%d events in %s = %.0f/s; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, raw1, raw2, rate/rawPerSec)
 		b.Logf("end to end: %s; %d batches; claim %s, deliver %s, ack %s; writer %+v", cpu, st.Batches,
 			st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), cons.Writer().Stats())
-		b.Logf("end to end: %s", bd.indexWork(bd.alias))
+		b.Logf("end to end: %d of %d batches claimed beside deliveries, %d under a quarter full; %s",
+			pipelined, st.Batches, small, bd.indexWork(bd.alias))
 		b.Logf("raw before: %s; raw after: %s", raw1CPU, raw2CPU)
 	}
 }

@@ -1,0 +1,292 @@
+package search_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/internal/loadgen"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/relay"
+)
+
+// BenchmarkLatencyAtHalfRate measures, from the producer's commit, how long
+// an event takes to be acknowledged and to become searchable while the
+// producer writes at half of the relay's maximum rate. One relay, default
+// configuration, the realistic workload (loadgen.Realistic):
+//
+//  1. the maximum rate: the relay drains a backlog of its first 40,000
+//     events;
+//
+//  2. the steady phase: the next 20,000 events, written in transactions
+//     of 10 at half that rate; for every event, commit → acknowledged is
+//     the ack statement's now() (dispatched_at; the ack's own commit comes
+//     a few milliseconds later) minus the time its COMMIT returned to the
+//     producer;
+//
+//  3. commit → searchable, for the last event of every transaction that
+//     writes a live document: a poller searches the alias for the pending
+//     documents by id every 20 ms (refresh_interval 1s) and takes the end
+//     of the first search whose hit has the event's version or a newer one.
+//
+//     go test ./sink/search -run '^$' -bench LatencyAtHalfRate -benchtime 1x
+func BenchmarkLatencyAtHalfRate(b *testing.B) {
+	for range b.N {
+		bd := setup(b)
+		w := loadgen.Realistic()
+		w.Events = 60000
+		all := w.Make()
+		bd.produceMany(all[:40000])
+		steady := all[40000:]
+
+		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler),
+			Routes: []relay.Route{{Consumer: bd.consumer(nil), Match: func(et, at string) bool {
+				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
+			}}}}
+		r, err := relay.New(bd.db.Pool, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		runRelay(b, r)
+		bd.waitPending(10 * time.Minute)
+		maxRate := 40000 / time.Since(t0).Seconds()
+		rate := maxRate / 2
+
+		// Producers, each with the events of its share of the customers
+		// (so that every customer's events keep their order), each paced
+		// at its share of the rate.
+		const txSize, producers = 10, 4
+		shares := make([][]outbox.Event, producers)
+		for _, e := range steady {
+			k := int(e.AggregateID[0]) % producers
+			shares[k] = append(shares[k], e)
+		}
+		poller := newSearchablePoller(bd)
+		go poller.run()
+		var mu sync.Mutex
+		commits := map[int64]time.Time{}
+		started := time.Now()
+		var wg sync.WaitGroup
+		for _, share := range shares {
+			wg.Go(func() {
+				tick := time.NewTicker(time.Duration(float64(time.Second) * txSize * producers / rate))
+				defer tick.Stop()
+				for i := 0; i < len(share); i += txSize {
+					<-tick.C
+					evs, at := bd.produceAt(share[i:min(i+txSize, len(share))])
+					if len(evs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, e := range evs {
+						commits[e.ID] = at
+					}
+					mu.Unlock()
+					poller.watch(evs, at)
+				}
+			})
+		}
+		wg.Wait()
+		produced := float64(len(steady)) / time.Since(started).Seconds()
+		bd.waitPending(5 * time.Minute)
+		searchable := poller.wait(time.Minute)
+		b.StopTimer()
+
+		ids := make([]int64, 0, len(commits))
+		for id := range commits {
+			ids = append(ids, id)
+		}
+		rows, err := bd.db.Pool.Query(bd.ctx, `SELECT id, dispatched_at FROM aa_outbox_event WHERE id = ANY($1)`, ids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		acked := make([]time.Duration, 0, len(ids))
+		for rows.Next() {
+			var id int64
+			var at time.Time
+			if err := rows.Scan(&id, &at); err != nil {
+				b.Fatal(err)
+			}
+			acked = append(acked, at.Sub(commits[id]))
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if len(acked) != len(ids) {
+			b.Fatalf("%d of %d events found dispatched", len(acked), len(ids))
+		}
+		ms := func(ds []time.Duration, q float64) float64 {
+			return float64(quantile(ds, q)) / float64(time.Millisecond)
+		}
+		b.ReportMetric(maxRate, "max_events/s")
+		b.ReportMetric(produced, "steady_events/s")
+		b.ReportMetric(ms(acked, 0.5), "acked_p50_ms")
+		b.ReportMetric(ms(acked, 0.99), "acked_p99_ms")
+		b.ReportMetric(ms(searchable, 0.5), "searchable_p50_ms")
+		b.ReportMetric(ms(searchable, 0.99), "searchable_p99_ms")
+		b.Logf("maximum %.0f events/s; steady phase %d events at %.0f/s (asked %.0f); commit → acknowledged p50 %.1f ms, p99 %.1f ms, max %.1f ms; commit → searchable (%d samples, %d dropped: deleted before found) p50 %.0f ms, p99 %.0f ms, max %.0f ms",
+			maxRate, len(steady), produced, rate, ms(acked, 0.5), ms(acked, 0.99), ms(acked, 1),
+			len(searchable), poller.dropped, ms(searchable, 0.5), ms(searchable, 0.99), ms(searchable, 1))
+	}
+}
+
+// produceAt writes evs in one transaction and returns them with their ids,
+// and when its COMMIT returned.
+func (b *bundle) produceAt(evs []outbox.Event) ([]*outbox.Event, time.Time) {
+	var ids []int64
+	err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = b.w.Write(b.ctx, tx, evs...)
+		return err
+	})
+	at := time.Now()
+	if err != nil {
+		b.t.Error(err)
+		return nil, at
+	}
+	out := make([]*outbox.Event, len(evs))
+	for i := range evs {
+		e := evs[i]
+		e.ID = ids[i]
+		e.SchemaVersion = max(e.SchemaVersion, 1) // the column's default
+		out[i] = &e
+	}
+	return out, at
+}
+
+// quantile is the q-quantile of ds (nearest rank; 0 when empty).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// searchablePoller finds when documents become searchable.
+type searchablePoller struct {
+	bd *bundle
+
+	mu      sync.Mutex
+	pending map[string][]watched // by document id, oldest first
+	found   []time.Duration
+	dropped int // watched versions of documents deleted before they were found
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type watched struct {
+	version int64
+	commit  time.Time
+}
+
+func newSearchablePoller(bd *bundle) *searchablePoller {
+	return &searchablePoller{bd: bd, pending: map[string][]watched{}, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// watch takes the events of one transaction, committed at commit: it waits
+// for the document of the last one that writes a live document, at that
+// event's version. An event that deletes its document drops the versions of
+// the document still watched (the alias no longer shows it).
+func (p *searchablePoller) watch(evs []*outbox.Event, commit time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var last *projections.Result
+	for _, e := range evs {
+		r, err := p.bd.set.Project(e, nil, nil)
+		if err != nil || r == nil {
+			p.bd.t.Errorf("project event %d: %v", e.ID, err)
+			return
+		}
+		if r.Op == projections.OpDelete {
+			p.dropped += len(p.pending[r.ID])
+			delete(p.pending, r.ID)
+			if last != nil && last.ID == r.ID {
+				last = nil
+			}
+			continue
+		}
+		last = r
+	}
+	if last != nil {
+		p.pending[last.ID] = append(p.pending[last.ID], watched{version: last.Version, commit: commit})
+	}
+}
+
+func (p *searchablePoller) run() {
+	defer close(p.done)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		ids := make([]string, 0, len(p.pending))
+		for id := range p.pending {
+			ids = append(ids, id)
+		}
+		p.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		body, _ := json.Marshal(map[string]any{"query": map[string]any{"ids": map[string]any{"values": ids}},
+			"version": true, "size": len(ids), "_source": false})
+		res, err := p.bd.eng.Search(p.bd.ctx, p.bd.alias, body)
+		if err != nil {
+			continue // counted as not yet searchable
+		}
+		at := time.Now()
+		p.mu.Lock()
+		for _, h := range res.Hits {
+			// Every watched version up to the one found is searchable.
+			ws := p.pending[h.ID]
+			n := 0
+			for n < len(ws) && ws[n].version <= h.Version {
+				p.found = append(p.found, at.Sub(ws[n].commit))
+				n++
+			}
+			if ws = ws[n:]; len(ws) == 0 {
+				delete(p.pending, h.ID)
+			} else {
+				p.pending[h.ID] = ws
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// wait waits until every watched document was found (at most timeout),
+// stops the poller and returns the latencies.
+func (p *searchablePoller) wait(timeout time.Duration) []time.Duration {
+	deadline := time.Now().Add(timeout)
+	for {
+		p.mu.Lock()
+		n := len(p.pending)
+		p.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) > 0 {
+		p.bd.t.Fatalf("%d documents not searchable at their version within %s", len(p.pending), timeout)
+	}
+	return p.found
+}
