@@ -13,7 +13,8 @@ import (
 // Admin is the part of the engine seam that maintenance jobs use beside
 // Engine — `searchsync reindex` walks whole indexes, counts per group,
 // changes dynamic settings, waits for health and lets the engine copy an
-// index itself. Both adapters implement it (OpenSearch and Elasticsearch
+// index itself; the relay's commit → searchable measurement reads the
+// refresh counts. Both adapters implement it (OpenSearch and Elasticsearch
 // spell these calls the same way; the clients carry them) and the contract
 // suite in enginetest covers every method. Errors are classified as for
 // Engine: *EngineError for an answer with status >= 400, *TransportError

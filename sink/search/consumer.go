@@ -9,6 +9,9 @@
 // the consumer and calls Probe (ping, the aliases resolve, no write block)
 // until it can write again. A missing index names the commands that bring
 // it back. docs/outages.md has the whole table.
+//
+// Searchable measures commit → searchable of the consumer's writes: when a
+// refresh made them visible, from the indexes' refresh counts.
 package search
 
 import (
