@@ -4,6 +4,7 @@
 // exports): the deliverable lag now, per consumer and index the deliverable
 // lag and backlog, what is blocked by cause (failed, backing_off, paused),
 // failures, blocked aggregates, drift warnings and partitions per instance;
+// per alias, its drift and the progress of its reindex (the Reindex panel);
 // charts of the history that History keeps in PostgreSQL
 // (aa_console_sample, written by one relay at a time); event pages; and,
 // when an operator token is configured, retry, ack and skip of one event, one
@@ -52,6 +53,9 @@ type Source struct {
 	// Events serves the event pages and the actions (nil: they answer 503).
 	Events *Events
 	Logger *slog.Logger
+
+	// Reindex serves /api/reindex, the Reindex panel (nil: it answers 503).
+	Reindex *Reindex
 }
 
 // Engine describes the search engine connection: where, the auth method
@@ -101,6 +105,7 @@ func Handler(src Source) http.Handler {
 	})
 	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) { serveHistory(w, r, src) })
 	src.registerEvents(mux)
+	src.registerReindex(mux)
 	return mux
 }
 

@@ -56,6 +56,10 @@ type ConsumerSample struct {
 	// Latency is commit → delivered of what the writing relay delivered
 	// since its previous sample (absent when it delivered nothing).
 	Latency *metrics.Quantiles `json:"latency,omitempty"`
+	// Searchable is commit → searchable per index of a search consumer: of
+	// the writes the writing relay saw searchable since its previous sample
+	// (absent when none).
+	Searchable map[string]metrics.Quantiles `json:"searchable,omitempty"`
 }
 
 // HistoryConfig configures a History.
@@ -71,6 +75,10 @@ type HistoryConfig struct {
 	// Latency returns the commit → delivered percentiles per consumer since
 	// its previous call (metrics.LatencyWindow.Since); nil: none.
 	Latency func() map[string]metrics.Quantiles
+	// Searchable returns the commit → searchable percentiles per consumer
+	// and index since its previous call (metrics.SearchableWindow.Since);
+	// nil: none.
+	Searchable func() map[string]map[string]metrics.Quantiles
 }
 
 // History writes the console's samples to PostgreSQL and reads them back.
@@ -172,7 +180,17 @@ func (h *History) Write(ctx context.Context) (bool, error) {
 	if h.cfg.Latency != nil {
 		lat = h.cfg.Latency()
 	}
+	var srch map[string]map[string]metrics.Quantiles
+	if h.cfg.Searchable != nil {
+		srch = h.cfg.Searchable()
+	}
 	s := sampleOf(snap, lat)
+	for name, cs := range s.Consumers {
+		if q := srch[name]; len(q) > 0 {
+			cs.Searchable = q
+			s.Consumers[name] = cs
+		}
+	}
 	body, err := json.Marshal(s)
 	if err != nil {
 		return false, err

@@ -13,7 +13,8 @@ import (
 // Admin is the part of the engine seam that maintenance jobs use beside
 // Engine — `searchsync reindex` walks whole indexes, counts per group,
 // changes dynamic settings, waits for health and lets the engine copy an
-// index itself. Both adapters implement it (OpenSearch and Elasticsearch
+// index itself; the relay's commit → searchable measurement reads the
+// refresh counts. Both adapters implement it (OpenSearch and Elasticsearch
 // spell these calls the same way; the clients carry them) and the contract
 // suite in enginetest covers every method. Errors are classified as for
 // Engine: *EngineError for an answer with status >= 400, *TransportError
@@ -46,6 +47,12 @@ type Admin interface {
 	// CancelTask cancels a task; a task that no longer exists is not an
 	// error.
 	CancelTask(ctx context.Context, task string) error
+	// Refreshes returns, for every started shard copy of index (an alias:
+	// of the indexes behind it), how many refreshes have made writes
+	// visible to search (the external refreshes; the total where the
+	// engine does not count those), keyed by index/shard/node. One request
+	// (the refresh stats at shard level); it refreshes nothing.
+	Refreshes(ctx context.Context, index string) (map[string]int64, error)
 }
 
 // ScrollHit is one document of a scroll.
@@ -87,15 +94,16 @@ var (
 type adminAPI int
 
 const (
-	apiScrollStart adminAPI = iota // POST /<index>/_search?scroll=
-	apiScrollNext                  // POST /_search/scroll
-	apiScrollClear                 // DELETE /_search/scroll
-	apiAggregate                   // POST /<index>/_search (size 0)
-	apiPutSettings                 // PUT /<index>/_settings
-	apiHealth                      // GET /_cluster/health/<index>
-	apiCopy                        // POST /_reindex?wait_for_completion=false
-	apiTaskGet                     // GET /_tasks/<id>
-	apiTaskCancel                  // POST /_tasks/<id>/_cancel
+	apiScrollStart  adminAPI = iota // POST /<index>/_search?scroll=
+	apiScrollNext                   // POST /_search/scroll
+	apiScrollClear                  // DELETE /_search/scroll
+	apiAggregate                    // POST /<index>/_search (size 0)
+	apiPutSettings                  // PUT /<index>/_settings
+	apiHealth                       // GET /_cluster/health/<index>
+	apiCopy                         // POST /_reindex?wait_for_completion=false
+	apiTaskGet                      // GET /_tasks/<id>
+	apiTaskCancel                   // POST /_tasks/<id>/_cancel
+	apiRefreshStats                 // GET /<index>/_stats/refresh?level=shards
 )
 
 // adminRequest is one Admin call.
@@ -359,4 +367,50 @@ func (e *engine) Task(ctx context.Context, task string, wait time.Duration) (*Ta
 func (e *engine) CancelTask(ctx context.Context, task string) error {
 	_, _, err := e.doAdmin(ctx, "cancel task "+task, adminRequest{api: apiTaskCancel, id: task}, http.StatusNotFound)
 	return err
+}
+
+// refreshStatsFilter keeps what Refreshes reads of the shard-level stats.
+var refreshStatsFilter = []string{"indices.*.shards.*.routing.state", "indices.*.shards.*.routing.node",
+	"indices.*.shards.*.routing.primary", "indices.*.shards.*.refresh.total", "indices.*.shards.*.refresh.external_total"}
+
+func (e *engine) Refreshes(ctx context.Context, index string) (map[string]int64, error) {
+	op := "refresh stats of " + index
+	_, ans, err := e.doAdmin(ctx, op, adminRequest{api: apiRefreshStats, index: index})
+	if err != nil {
+		return nil, err
+	}
+	var st struct {
+		Indices map[string]struct {
+			Shards map[string][]struct {
+				Routing struct {
+					State   string `json:"state"`
+					Node    string `json:"node"`
+					Primary bool   `json:"primary"`
+				} `json:"routing"`
+				Refresh struct {
+					Total         int64  `json:"total"`
+					ExternalTotal *int64 `json:"external_total"`
+				} `json:"refresh"`
+			} `json:"shards"`
+		} `json:"indices"`
+	}
+	if err := decodeInto(e.kind, op, ans, &st); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for name, ix := range st.Indices {
+		for shard, copies := range ix.Shards {
+			for _, c := range copies {
+				if c.Routing.State != "STARTED" {
+					continue
+				}
+				n := c.Refresh.Total
+				if c.Refresh.ExternalTotal != nil {
+					n = *c.Refresh.ExternalTotal
+				}
+				out[name+"/"+shard+"/"+c.Routing.Node] = n
+			}
+		}
+	}
+	return out, nil
 }

@@ -40,6 +40,8 @@ func (s esSender) sendAdmin(ctx context.Context, r adminRequest) (int, []byte, e
 		req = q
 	case apiTaskCancel:
 		req = esapi.TasksCancelRequest{TaskID: r.id}
+	case apiRefreshStats:
+		req = esapi.IndicesStatsRequest{Index: idx, Metric: []string{"refresh"}, Level: "shards", FilterPath: refreshStatsFilter}
 	default:
 		return 0, nil, fmt.Errorf("elasticsearch: unknown admin api %d", r.api)
 	}

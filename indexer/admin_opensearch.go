@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/opensearch-project/opensearch-go/v4"
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
@@ -43,6 +45,10 @@ func (s osSender) sendAdmin(ctx context.Context, r adminRequest) (int, []byte, e
 		req, method = opensearchapi.TasksGetReq{TaskID: r.id, Params: p}, http.MethodGet
 	case apiTaskCancel:
 		req = opensearchapi.TasksCancelReq{TaskID: r.id}
+	case apiRefreshStats:
+		// IndicesStatsParams of opensearch-go v4 has no level: the path
+		// with its query, as for authinfo.
+		req, method = pathReq("/"+url.PathEscape(r.index)+"/_stats/refresh?level=shards&filter_path="+url.QueryEscape(strings.Join(refreshStatsFilter, ","))), http.MethodGet
 	default:
 		return 0, nil, fmt.Errorf("opensearch: unknown admin api %d", r.api)
 	}

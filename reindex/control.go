@@ -1,6 +1,7 @@
 package reindex
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -167,7 +168,8 @@ func Cleanup(ctx context.Context, db querier, eng indexer.Engine, now time.Time,
 	return done, nil
 }
 
-// JobInfo is one reindex job as `searchsync reindex status` shows it.
+// JobInfo is one reindex job as `searchsync reindex status` and the
+// console (/api/reindex) show it.
 type JobInfo struct {
 	ID           int64         `json:"id"`
 	Alias        string        `json:"alias"`
@@ -178,19 +180,40 @@ type JobInfo struct {
 	Result       *Result       `json:"result,omitempty"`
 	Error        string        `json:"error,omitempty"`
 	StartedAt    time.Time     `json:"started_at"`
+	FinishedAt   *time.Time    `json:"finished_at,omitempty"`
 	HeartbeatAge time.Duration `json:"heartbeat_age"`
+	// OutboxHead is the outbox's highest id when the jobs were read: where
+	// a replay has to get to (0 when the outbox is empty).
+	OutboxHead int64 `json:"outbox_head"`
 }
 
+// Filter selects the jobs List returns, newest first.
+type Filter struct {
+	// Alias selects the jobs of one alias ("": of every alias).
+	Alias string
+	// Since keeps the running jobs and those that ended at or after it
+	// (zero: every job).
+	Since time.Time
+	// PerAlias keeps at most this many jobs of each alias (0: no limit).
+	PerAlias int
+	// Limit is the most jobs returned. Default 20.
+	Limit int
+}
+
+// listSQL reads the jobs and the outbox head in one statement; the window
+// runs over the reindex rows of aa_job only (a few per alias and day).
 const listSQL = `
-SELECT id, job_key, state, coalesce(owner, ''), params, progress, result, coalesce(error, ''), started_at,
-       extract(epoch FROM now() - heartbeat_at)
-FROM aa_job
-WHERE job_kind = $1 AND ($2 = '' OR job_key = $2)
+SELECT id, job_key, state, coalesce(owner, ''), params, progress, result, coalesce(error, ''), started_at, finished_at,
+       extract(epoch FROM now() - heartbeat_at), (SELECT coalesce(max(id), 0) FROM aa_outbox_event)
+FROM (SELECT *, row_number() OVER (PARTITION BY job_key ORDER BY id DESC) AS nth FROM aa_job
+      WHERE job_kind = $1 AND ($2 = '' OR job_key = $2)
+        AND (state = 'running' OR coalesce(finished_at, heartbeat_at) >= $4)) j
+WHERE $5 = 0 OR nth <= $5
 ORDER BY id DESC LIMIT $3`
 
-// List returns the latest reindex jobs (of alias, or of all when "").
-func List(ctx context.Context, db querier, alias string, limit int) ([]JobInfo, error) {
-	rows, err := db.Query(ctx, listSQL, JobKind, alias, limit)
+// List returns the latest reindex jobs that f selects, in one statement.
+func List(ctx context.Context, db querier, f Filter) ([]JobInfo, error) {
+	rows, err := db.Query(ctx, listSQL, JobKind, f.Alias, cmp.Or(f.Limit, 20), f.Since, f.PerAlias)
 	if err != nil {
 		return nil, fmt.Errorf("reindex: list jobs: %w", err)
 	}
@@ -200,7 +223,7 @@ func List(ctx context.Context, db querier, alias string, limit int) ([]JobInfo, 
 		var j JobInfo
 		var p, g, r []byte
 		var age float64
-		if err := rows.Scan(&j.ID, &j.Alias, &j.State, &j.Owner, &p, &g, &r, &j.Error, &j.StartedAt, &age); err != nil {
+		if err := rows.Scan(&j.ID, &j.Alias, &j.State, &j.Owner, &p, &g, &r, &j.Error, &j.StartedAt, &j.FinishedAt, &age, &j.OutboxHead); err != nil {
 			return nil, fmt.Errorf("reindex: list jobs: %w", err)
 		}
 		_ = json.Unmarshal(p, &j.Params)

@@ -48,8 +48,11 @@ type Params struct {
 type Progress struct {
 	Phase      string `json:"phase"`
 	DocsSeeded int64  `json:"docs_seeded"`
-	SeedDone   bool   `json:"seed_done"`
-	SeedTask   string `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
+	// DocsTotal is what the seed copies: the live index's documents, as
+	// the copy counts them (0 until the engine has told).
+	DocsTotal int64  `json:"docs_total,omitempty"`
+	SeedDone  bool   `json:"seed_done"`
+	SeedTask  string `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
 	// TombstonesDropped counts the tombstones of the live index not
 	// copied (or deleted after the replay) because their events were all
 	// compacted.

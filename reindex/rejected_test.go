@@ -95,7 +95,7 @@ func TestTargetRejectionFailsTheJobNotTheEvent(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "mapper_parsing_exception") {
 		t.Errorf("reindex run: %v; want a failure with the engine's reason (mapper_parsing_exception)", err)
 	}
-	jobs, err := List(b.ctx, b.db.Pool, b.alias, 1)
+	jobs, err := List(b.ctx, b.db.Pool, Filter{Alias: b.alias, Limit: 1})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("jobs: %v, %v", jobs, err)
 	}

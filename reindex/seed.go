@@ -20,7 +20,7 @@ import (
 // (see compactedTombstones). It records the versions it copies (r.seeded).
 func (r *Reindexer) seed(ctx context.Context, source string) error {
 	r.setPhase(PhaseSeed)
-	r.update(func(p *Progress) { p.DocsSeeded = 0 })
+	r.update(func(p *Progress) { p.DocsSeeded, p.DocsTotal = 0, 0 })
 	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
 		return r.seedServerSide(ctx, source)
 	}
@@ -36,6 +36,7 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	var seeded atomic.Int64
 	// Pages of two bulks: fewer scroll round trips, the same bulk size.
 	err = r.adm.Scroll(gctx, source, query, 2*r.cfg.BulkSize, true, func(total int64, hits []indexer.ScrollHit) error {
+		r.update(func(p *Progress) { p.DocsTotal = total })
 		ops := make([]indexer.BulkOp, 0, len(hits))
 		for _, h := range hits {
 			doc := h.Source
@@ -110,7 +111,7 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 		}, func(s *indexer.TaskInfo) {
 			n := s.Created + s.Updated + s.VersionConflicts
 			r.update(func(p *Progress) {
-				p.DocsSeeded = n
+				p.DocsSeeded, p.DocsTotal = n, s.Total
 				p.Rate = rt.perSecond(n)
 				if p.Rate > 0 && s.Total > n {
 					p.ETA = (time.Duration(float64(s.Total-n)/p.Rate) * time.Second).Round(time.Second).String()
@@ -162,7 +163,7 @@ func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []index
 		}
 		n := seeded.Add(int64(len(ops)))
 		r.update(func(p *Progress) {
-			p.DocsSeeded = n
+			p.DocsSeeded, p.DocsTotal = n, total
 			p.Rate = rt.perSecond(n)
 			if p.Rate > 0 && total > n {
 				p.ETA = (time.Duration(float64(total-n)/p.Rate) * time.Second).Round(time.Second).String()

@@ -3,70 +3,108 @@ package main
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
-// driftWatcher compares the live indexes of every search consumer with their
-// definitions (mapping.Check, changing nothing) and keeps the "reindex
-// required" messages for the dashboard and `searchsync status`.
+// driftWatcher compares the live index of every alias of the search
+// consumers with its definition on disk (mapping.Check, changing nothing)
+// and keeps, per alias, what it found: the "reindex required" messages of
+// the dashboard's banner and `searchsync status`, and the drift column of
+// the console's Reindex panel. The definitions are read again at every
+// check, so that a definition changed on disk shows as drift, and the drift
+// ends once a reindex with it has moved the alias.
 type driftWatcher struct {
-	eng    indexer.Engine
-	defs   []*mapping.Def
-	logger *slog.Logger
+	eng     indexer.Engine
+	cfg     *config.Config
+	aliases []string // of the search consumers, in configuration order
+	logger  *slog.Logger
 
 	mu       sync.Mutex
-	messages []string
+	statuses []dashboard.AliasDrift
+	messages []string // the banner's: drift, and why an alias could not be checked
 }
 
-// newDriftWatcher returns nil when no search consumer is configured.
+// newDriftWatcher returns nil when no search consumer is configured. The
+// definitions must load now; a later check that cannot load them reports
+// that for every alias.
 func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*driftWatcher, error) {
 	var aliases []string
 	for _, cc := range cfg.Consumers {
-		if cc.Search != nil {
-			aliases = append(aliases, cc.Search.Indexes...)
+		if cc.Search == nil {
+			continue
+		}
+		for _, a := range cc.Search.Indexes {
+			if !slices.Contains(aliases, a) {
+				aliases = append(aliases, a)
+			}
 		}
 	}
 	if len(aliases) == 0 {
 		return nil, nil
 	}
-	defs, err := search.LoadDefs(cfg)
-	if err != nil {
+	if _, err := search.LoadDefs(cfg); err != nil {
 		return nil, err
 	}
 	eng, err := indexer.New(cfg.Engine, nil)
 	if err != nil {
 		return nil, err
 	}
-	w := &driftWatcher{eng: eng, logger: logger}
+	w := &driftWatcher{eng: eng, cfg: cfg, aliases: aliases, logger: logger}
 	for _, a := range aliases {
-		if d := defs[a]; d != nil && d.Tenancy.Mode != mapping.TenancyPerTenant {
-			w.defs = append(w.defs, d)
-		}
+		w.statuses = append(w.statuses, dashboard.AliasDrift{Alias: a, Drift: dashboard.DriftUnknown, Message: "not checked yet"})
 	}
 	return w, nil
 }
 
-// check runs mapping.Check for every definition now.
+// check compares every alias now and returns the drift messages.
 func (w *driftWatcher) check(ctx context.Context) []string {
+	now := time.Now()
+	defs, loadErr := search.LoadDefs(w.cfg)
+	out := make([]dashboard.AliasDrift, 0, len(w.aliases))
 	var msgs []string
-	for _, d := range w.defs {
-		st, err := mapping.Check(ctx, w.eng, d)
-		if err != nil {
-			msgs = append(msgs, "cannot check index "+d.Alias+": "+err.Error())
+	for _, a := range w.aliases {
+		s := dashboard.AliasDrift{Alias: a, Drift: dashboard.DriftUnknown, CheckedAt: now}
+		d := defs[a]
+		switch {
+		case loadErr != nil:
+			s.Message = "cannot load the index definitions: " + loadErr.Error()
+		case d == nil:
+			s.Message = "no definition of index " + a
+		case d.Tenancy.Mode == mapping.TenancyPerTenant:
+			// Not a warning: the reindex of each tenant's alias checks it.
+			s.Hash, s.Message = d.Hash(), "per_tenant: one index per tenant, not checked here"
+			out = append(out, s)
 			continue
+		default:
+			st, err := mapping.Check(ctx, w.eng, d)
+			if err != nil {
+				s.Hash, s.Message = d.Hash(), "cannot check index "+a+": "+err.Error()
+				break
+			}
+			s.Index, s.Hash, s.LiveHash = st.Index, st.Hash, st.LiveHash
+			s.Drift, s.Message = dashboard.DriftNone, st.Message()
+			if st.Drift {
+				s.Drift = dashboard.DriftDiffers
+			}
 		}
-		if m := st.Message(); m != "" {
-			msgs = append(msgs, m)
+		if s.Message != "" {
+			msgs = append(msgs, s.Message)
 		}
+		out = append(out, s)
+	}
+	if ctx.Err() != nil {
+		return nil // stopping: keep what the last full check found
 	}
 	w.mu.Lock()
-	w.messages = msgs
+	w.statuses, w.messages = out, msgs
 	w.mu.Unlock()
 	return msgs
 }
@@ -92,5 +130,15 @@ func (w *driftWatcher) current() []string {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]string(nil), w.messages...)
+	return slices.Clone(w.messages)
+}
+
+// aliasStates returns what the latest check found per alias.
+func (w *driftWatcher) aliasStates() []dashboard.AliasDrift {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.statuses)
 }

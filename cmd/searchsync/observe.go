@@ -14,12 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/searchsync/searchsync/dashboard"
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/metrics"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // observer is the relay process's view of itself: Prometheus metrics, the
@@ -32,6 +34,21 @@ type observer struct {
 	engine  *dashboard.Engine
 	history *dashboard.History
 	events  *dashboard.Events
+	reindex *dashboard.Reindex
+	// searchables measure commit → searchable, one per search consumer.
+	searchables []*search.Searchable
+}
+
+// newSearchable sets up the commit → searchable measurement of the search
+// consumer named consumer (run by the relay as a background actor).
+func (o *observer) newSearchable(eng indexer.Engine, consumer string, logger *slog.Logger) (*search.Searchable, error) {
+	s, err := search.NewSearchable(search.SearchableConfig{Engine: eng, Logger: logger,
+		Observe: func(index string, seconds float64) { o.metrics.ObserveSearchable(consumer, index, seconds) }})
+	if err != nil {
+		return nil, err
+	}
+	o.searchables = append(o.searchables, s)
+	return s, nil
 }
 
 func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {
@@ -48,7 +65,8 @@ func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *o
 // percentiles.
 func (o *observer) newHistory(cfg *config.Config, pool *pgxpool.Pool, instance string, logger *slog.Logger) {
 	o.history = dashboard.NewHistory(pool, o.sampler, dashboard.HistoryConfig{Schema: cfg.Database.Schema, Instance: instance,
-		Interval: cfg.HTTP.HistoryInterval, Retention: cfg.HTTP.HistoryRetention, Latency: o.metrics.LatencyWindow().Since}, logger)
+		Interval: cfg.HTTP.HistoryInterval, Retention: cfg.HTTP.HistoryRetention, Latency: o.metrics.LatencyWindow().Since,
+		Searchable: o.metrics.SearchableWindow().Since}, logger)
 }
 
 // newEvents sets up the console's event pages and actions: the CLI's
@@ -101,6 +119,7 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 		Events:     o.events,
 		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) { return partitionOwners(ctx, pool, schema) },
 		Logger:     logger,
+		Reindex:    o.reindex,
 	}))
 	return mux
 }

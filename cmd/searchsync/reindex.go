@@ -282,7 +282,7 @@ func (c *ReindexStatusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	jobs, err := reindex.List(ctx, pool, c.Alias, 20)
+	jobs, err := reindex.List(ctx, pool, reindex.Filter{Alias: c.Alias})
 	if err != nil {
 		return err
 	}

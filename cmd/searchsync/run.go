@@ -120,10 +120,14 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
 		return err
 	}
+	obs.reindex = reindexPanel(pool, drift)
+	for _, srch := range obs.searchables {
+		background = append(background, actor{name: "searchable watcher", run: func(ctx context.Context) error { srch.Run(ctx); return nil }})
+	}
 	if drift != nil {
 		obs.drift = drift.current
 		background = append(background,
-			actor{name: "drift watcher", run: func(ctx context.Context) error { drift.run(ctx, 30*time.Second); return nil }},
+			actor{name: "drift watcher", run: func(ctx context.Context) error { drift.run(ctx, cfg.HTTP.DriftInterval); return nil }},
 			actor{name: "reindex janitor", run: newJanitor(pool, drift.eng, logger).run})
 	}
 
@@ -238,7 +242,7 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		case "search":
 			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger, Examples: builtinExamples,
-				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}}, logger)
+				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}}, obs, logger)
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
 		}
@@ -254,12 +258,15 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 // An engine that is unreachable at start-up (or answers 429/5xx) is waited
 // for with backoff, as the NATS consumer waits for its server; a bad
 // definition or configuration fails at once.
-func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consumer, o search.Options, logger *slog.Logger) (*search.Consumer, error) {
+func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consumer, o search.Options, obs *observer, logger *slog.Logger) (*search.Consumer, error) {
 	eng, err := indexer.New(cfg.Engine, nil)
 	if err != nil {
 		return nil, err
 	}
 	o.Engine = eng
+	if o.Searchable, err = obs.newSearchable(eng, cc.Name, logger); err != nil {
+		return nil, err
+	}
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(500*time.Millisecond), backoff.WithMaxInterval(15*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		c, err := search.FromConfig(ctx, cfg, cc, o)

@@ -119,7 +119,7 @@ function lines(samples) {
   for (const s of samples) for (const [n, c] of Object.entries(s.consumers || {})) newest[n] = c;
   for (const n of [...names].sort()) {
     const idx = (newest[n] && newest[n].indexes) || [];
-    if (idx.length) for (const i of idx) out.push({label: "index " + i + " (" + n + ")", consumer: n});
+    if (idx.length) for (const i of idx) out.push({label: "index " + i + " (" + n + ")", consumer: n, index: i});
     else out.push({label: "consumer " + n, consumer: n});
   }
   return out;
@@ -161,6 +161,14 @@ function drawCharts() {
     }
   });
   draw("latencychart", lat, "seconds");
+  const srch = [];
+  ls.filter((l) => l.index).forEach((l, i) => {
+    for (const [p, dash] of [["p50", null], ["p99", [6, 4]]]) {
+      srch.push({label: l.index + " " + p, color: palette[i % palette.length], dash,
+        value: (s) => { const c = cons(s, l), q = c && c.searchable && c.searchable[l.index]; return q ? q[p] : null; }});
+    }
+  });
+  draw("searchablechart", srch, "seconds");
 }
 
 // Event pages: /api/events (filters, paging by after_id), /api/events/{id},

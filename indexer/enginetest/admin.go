@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ func (s *suite) runAdmin(t *testing.T) {
 	t.Run("AdminGroupCounts", s.testAdminGroupCounts)
 	t.Run("AdminSettingsAndHealth", s.testAdminSettingsAndHealth)
 	t.Run("AdminCopy", s.testAdminCopy)
+	t.Run("AdminRefreshes", s.testAdminRefreshes)
 }
 
 // admin is the adapter's Admin side; every adapter must have one.
@@ -268,5 +270,58 @@ func (s *suite) testAdminCopy(t *testing.T) {
 	}
 	if err := adm.CancelTask(ctx(t), "aaaaaaaaaaaaaaaaaaaaaa:424242"); err != nil {
 		t.Errorf("cancel a task that does not exist: %v", err)
+	}
+}
+
+// testAdminRefreshes: Refreshes counts per shard copy the refreshes that
+// make writes searchable, without refreshing; a refresh moves every
+// copy's count; an alias answers for its index; a missing index is a 404.
+func (s *suite) testAdminRefreshes(t *testing.T) {
+	t.Parallel()
+	eng := s.newEngine(t, s.url)
+	adm := s.admin(t, eng)
+	idx := s.newIndex(t, eng, "r")
+	if err := adm.PutSettings(ctx(t), idx, map[string]any{"refresh_interval": "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := adm.Refreshes(ctx(t), idx)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("refreshes of %s: %v, %v; want a count per started shard copy", idx, before, err)
+	}
+	for k := range before {
+		if !strings.HasPrefix(k, idx+"/") {
+			t.Errorf("key %q does not name the index %s", k, idx)
+		}
+	}
+	if res, err := eng.Bulk(ctx(t), []indexer.BulkOp{index(idx, "1", 1, `{"name":"a"}`)}); err != nil || res[0].Status/100 != 2 {
+		t.Fatalf("write: %+v, %v", res, err)
+	}
+	again, err := adm.Refreshes(ctx(t), idx)
+	if err != nil || !maps.Equal(before, again) {
+		t.Errorf("without a refresh (refresh_interval -1): %v then %v, %v; want the same counts", before, again, err)
+	}
+	if err := eng.Refresh(ctx(t), idx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := adm.Refreshes(ctx(t), idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, n := range before {
+		if after[k] <= n {
+			t.Errorf("copy %s: %d refreshes before a refresh, %d after; want more", k, n, after[k])
+		}
+	}
+	alias := idx + "_alias"
+	if err := eng.UpdateAliases(ctx(t), []indexer.AliasAction{{Add: true, Index: idx, Alias: alias}}); err != nil {
+		t.Fatal(err)
+	}
+	viaAlias, err := adm.Refreshes(ctx(t), alias)
+	if err != nil || !maps.Equal(viaAlias, after) {
+		t.Errorf("through the alias: %v, %v; want %v", viaAlias, err, after)
+	}
+	_, err = adm.Refreshes(ctx(t), idx+"_missing")
+	if ee, ok := indexer.AsEngineError(err); !ok || ee.Status != 404 {
+		t.Errorf("a missing index: %v; want a 404 engine error", err)
 	}
 }

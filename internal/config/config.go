@@ -137,6 +137,10 @@ type HTTP struct {
 	HistoryInterval time.Duration `yaml:"history_interval"`
 	// HistoryRetention is how long samples are kept. Default 24h.
 	HistoryRetention time.Duration `yaml:"history_retention"`
+	// DriftInterval is how often the live indexes are compared with the
+	// definitions on disk (the console's drift banner and Reindex panel,
+	// /api/reindex). Default 30s.
+	DriftInterval time.Duration `yaml:"drift_interval"`
 	// OperatorToken enables the console's actions (retry, acknowledge):
 	// a request must carry it in the X-Searchsync-Token header. A secret
 	// (env:NAME, file:PATH). Default none: the console is read-only.
@@ -434,6 +438,7 @@ func (c *Config) setDefaults() {
 	c.HTTP.SampleInterval = cmp.Or(c.HTTP.SampleInterval, 2*time.Second)
 	c.HTTP.HistoryInterval = cmp.Or(c.HTTP.HistoryInterval, 10*time.Second)
 	c.HTTP.HistoryRetention = cmp.Or(c.HTTP.HistoryRetention, 24*time.Hour)
+	c.HTTP.DriftInterval = cmp.Or(c.HTTP.DriftInterval, 30*time.Second)
 	c.Log.Level = cmp.Or(c.Log.Level, "info")
 	c.Log.Format = cmp.Or(c.Log.Format, "auto")
 	c.Engine = c.Engine.WithDefaults()
@@ -473,6 +478,7 @@ func (c *Config) Validate() error {
 	v.positiveDur("http.sample_interval", c.HTTP.SampleInterval)
 	v.positiveDur("http.history_interval", c.HTTP.HistoryInterval)
 	v.positiveDur("http.history_retention", c.HTTP.HistoryRetention)
+	v.positiveDur("http.drift_interval", c.HTTP.DriftInterval)
 	if c.HTTP.HistoryRetention > 0 && c.HTTP.HistoryRetention < c.HTTP.HistoryInterval {
 		v.add("http.history_retention", "must not be below http.history_interval")
 	}

@@ -2,17 +2,18 @@ package metrics
 
 import (
 	"math"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Quantiles are commit → delivered percentiles of one consumer over a
-// window, estimated from the histogram buckets (linear inside a bucket, as
+// Quantiles are commit → delivered (or commit → searchable) percentiles
+// of one consumer (or index) over a window, estimated from the histogram buckets (linear inside a bucket, as
 // Prometheus' histogram_quantile does).
 type Quantiles struct {
-	// Delivered counts the events delivered in the window.
+	// Delivered counts the events delivered (made searchable) in the window.
 	Delivered uint64  `json:"n"`
 	P50       float64 `json:"p50"`
 	P95       float64 `json:"p95"`
@@ -22,8 +23,17 @@ type Quantiles struct {
 // LatencyWindow turns the cumulative commit → delivered histogram of this
 // process into per-window percentiles: each call to Since returns what was
 // delivered since the previous call. It is safe for concurrent use.
-type LatencyWindow struct {
-	m    *Metrics
+type LatencyWindow struct{ w window }
+
+// SearchableWindow is the same over the commit → searchable histogram, per
+// consumer and index.
+type SearchableWindow struct{ w window }
+
+// window turns a cumulative histogram vector into per-window counts by a
+// key of its labels.
+type window struct {
+	vec  *prometheus.HistogramVec
+	key  func(labels map[string]string) string
 	mu   sync.Mutex
 	prev map[string]histo
 }
@@ -35,19 +45,41 @@ type histo struct {
 
 // LatencyWindow returns a window over m's commit → delivered histogram.
 func (m *Metrics) LatencyWindow() *LatencyWindow {
-	return &LatencyWindow{m: m, prev: map[string]histo{}}
+	return &LatencyWindow{w: window{vec: m.latency, key: func(l map[string]string) string { return l["consumer"] }, prev: map[string]histo{}}}
+}
+
+// SearchableWindow returns a window over m's commit → searchable histogram.
+func (m *Metrics) SearchableWindow() *SearchableWindow {
+	return &SearchableWindow{w: window{vec: m.searchable, key: func(l map[string]string) string { return l["consumer"] + "\x00" + l["index"] }, prev: map[string]histo{}}}
 }
 
 // Since returns, per consumer, the percentiles of the events this process
 // delivered since the previous call (the first call: since the start). A
 // consumer that delivered nothing in the window is left out.
-func (w *LatencyWindow) Since() map[string]Quantiles {
+func (w *LatencyWindow) Since() map[string]Quantiles { return w.w.since() }
+
+// Since returns, per consumer and index, the percentiles of the events
+// this process saw searchable since the previous call (Delivered counts
+// them). An index with none in the window is left out.
+func (w *SearchableWindow) Since() map[string]map[string]Quantiles {
+	out := map[string]map[string]Quantiles{}
+	for k, q := range w.w.since() {
+		consumer, index, _ := strings.Cut(k, "\x00")
+		if out[consumer] == nil {
+			out[consumer] = map[string]Quantiles{}
+		}
+		out[consumer][index] = q
+	}
+	return out
+}
+
+func (w *window) since() map[string]Quantiles {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := map[string]histo{}
 	ch := make(chan prometheus.Metric, 16)
 	go func() {
-		w.m.latency.Collect(ch)
+		w.vec.Collect(ch)
 		close(ch)
 	}()
 	for pm := range ch {
@@ -55,13 +87,12 @@ func (w *LatencyWindow) Since() map[string]Quantiles {
 		if err := pm.Write(&d); err != nil || d.Histogram == nil {
 			continue
 		}
-		var consumer string
+		labels := map[string]string{}
 		for _, l := range d.Label {
-			if l.GetName() == "consumer" {
-				consumer = l.GetValue()
-			}
+			labels[l.GetName()] = l.GetValue()
 		}
-		h := now[consumer]
+		key := w.key(labels)
+		h := now[key]
 		if h.buckets == nil {
 			h.buckets = make([]uint64, len(LatencyBuckets))
 		}
@@ -71,7 +102,7 @@ func (w *LatencyWindow) Since() map[string]Quantiles {
 				h.buckets[i] += b.GetCumulativeCount()
 			}
 		}
-		now[consumer] = h
+		now[key] = h
 	}
 	out := map[string]Quantiles{}
 	for name, h := range now {

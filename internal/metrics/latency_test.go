@@ -36,3 +36,25 @@ func TestLatencyWindow(t *testing.T) {
 		t.Errorf("second window: %+v", got)
 	}
 }
+
+// TestSearchableWindow: per consumer and index, what became searchable
+// since the previous window.
+func TestSearchableWindow(t *testing.T) {
+	t.Parallel()
+	m := New(prometheus.NewRegistry())
+	w := m.SearchableWindow()
+	for range 10 {
+		m.ObserveSearchable("search", "customers", 1.2)
+	}
+	m.ObserveSearchable("search", "orders", 0.3)
+	got := w.Since()
+	if c := got["search"]["customers"]; c.Delivered != 10 || c.P50 < 0.8 || c.P50 > 2 {
+		t.Errorf("customers: %+v; want 10 at about 1.2 s", c)
+	}
+	if o := got["search"]["orders"]; o.Delivered != 1 {
+		t.Errorf("orders: %+v", o)
+	}
+	if got := w.Since(); len(got) != 0 {
+		t.Errorf("an empty window: %+v", got)
+	}
+}

@@ -1,6 +1,6 @@
 // Package metrics owns searchsync's Prometheus metrics for the relay process:
-// deliveries by consumer and outcome, commit → delivered latency histograms
-// per consumer and index, consumer call durations, batch figures and
+// deliveries by consumer and outcome, commit → delivered and commit →
+// searchable latency histograms per consumer and index, consumer call durations, batch figures and
 // partitions owned. Lag and backlog gauges come from the lag package's
 // collector, registered beside these.
 package metrics
@@ -20,6 +20,7 @@ import (
 type Metrics struct {
 	deliveries *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	searchable *prometheus.HistogramVec
 	callTime   *prometheus.HistogramVec
 	batchSize  prometheus.Histogram
 	stepTime   *prometheus.HistogramVec
@@ -40,6 +41,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"consumer", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "searchsync_delivery_latency_seconds", Help: "Time from an event's created_at (its transaction) until a consumer delivered it.",
+			Buckets: LatencyBuckets,
+		}, []string{"consumer", "index"}),
+		searchable: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "searchsync_searchable_latency_seconds", Help: "Time from an event's created_at until a refresh made its write searchable (an upper bound: late by at most one refresh-stats poll, 250 ms).",
 			Buckets: LatencyBuckets,
 		}, []string{"consumer", "index"}),
 		callTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -68,8 +73,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		Name: "searchsync_bulk_request_seconds", Help: "Duration of one _bulk request, by result (answered, error).",
 		Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 16),
 	}, []string{"result"})
-	reg.MustRegister(m.deliveries, m.latency, m.callTime, m.batchSize, m.stepTime, m.batchOut, m.bulkOps, m.bulkBytes, m.bulkTime)
+	reg.MustRegister(m.deliveries, m.latency, m.searchable, m.callTime, m.batchSize, m.stepTime, m.batchOut, m.bulkOps, m.bulkBytes, m.bulkTime)
 	return m
+}
+
+// ObserveSearchable records that an event written by consumer to index
+// became searchable seconds after its commit (search.SearchableConfig.Observe).
+func (m *Metrics) ObserveSearchable(consumer, index string, seconds float64) {
+	m.searchable.WithLabelValues(consumer, index).Observe(seconds)
 }
 
 // Batch is what ObserveBatch records of one relay batch (the caller copies

@@ -59,7 +59,9 @@ type Options struct {
 	DualWrites DualWrites
 	// Writer tunes the bulk writer (Logger is filled in).
 	Writer indexer.WriterConfig
-	Logger *slog.Logger
+	// Searchable, when set, measures commit → searchable of the writes.
+	Searchable *Searchable
+	Logger     *slog.Logger
 }
 
 // FromConfig builds the search consumer cc of cfg, creates its missing
@@ -102,7 +104,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o O
 	}
 	o.Writer.Logger = logger
 	c, err := New(Config{Name: cc.Name, Engine: o.Engine, Writer: indexer.NewWriter(o.Engine, o.Writer),
-		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, DualWrites: o.DualWrites, Logger: logger})
+		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, DualWrites: o.DualWrites, Searchable: o.Searchable, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

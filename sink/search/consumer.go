@@ -9,6 +9,9 @@
 // the consumer and calls Probe (ping, the aliases resolve, no write block)
 // until it can write again. A missing index names the commands that bring
 // it back. docs/outages.md has the whole table.
+//
+// Searchable measures commit → searchable of the consumer's writes: when a
+// refresh made them visible, from the indexes' refresh counts.
 package search
 
 import (
@@ -67,6 +70,9 @@ type Config struct {
 	Indexes []string
 	// DualWrites, when set, adds reindex targets to every op (see reindex.Targets).
 	DualWrites DualWrites
+	// Searchable, when set, is told the commit times of the events of
+	// every completed write (commit → searchable, see Searchable).
+	Searchable *Searchable
 	// DisableCoalescing writes every event's state on its own (one bulk
 	// round per event of a document) instead of one write per document and
 	// batch. For measuring the effect of coalescing; default false.
@@ -394,6 +400,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 	})
 	stopped := map[string]bool{}
 	targets := map[string]*target{}
+	aliases := make([]string, len(events)) // the alias each event writes
 	var order []*target
 	for i, e := range events {
 		key := e.AggregateKey()
@@ -426,6 +433,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 			order = append(order, t)
 		}
 		t.steps = append(t.steps, step{ev: i, res: res})
+		aliases[i] = alias
 	}
 
 	// 2. Per-tenant aliases, then the current state of documents that an
@@ -451,7 +459,24 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 			blocked[key] = true
 		}
 	}
+	if c.cfg.Searchable != nil {
+		c.recordWritten(events, aliases, out)
+	}
 	return out
+}
+
+// recordWritten tells Searchable the commit times of the events written
+// (OK: not stale, not unprojected), per alias.
+func (c *Consumer) recordWritten(events []*outbox.Event, aliases []string, out []sink.Outcome) {
+	byAlias := map[string][]time.Time{}
+	for i, e := range events {
+		if aliases[i] != "" && out[i].Kind == sink.OK {
+			byAlias[aliases[i]] = append(byAlias[aliases[i]], e.CreatedAt)
+		}
+	}
+	for alias, committed := range byAlias {
+		c.cfg.Searchable.Written(alias, committed)
+	}
 }
 
 func (c *Consumer) versionPath(index string) string {
