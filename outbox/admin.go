@@ -133,8 +133,8 @@ type Filter struct {
 	// Consumer it is the consumer's last_error: its delivery row's, or the
 	// outbox row's when the event has no delivery rows. An event without a
 	// last_error never matches.
-	Error string
-	AggregateID   *uuid.UUID
+	Error       string
+	AggregateID *uuid.UUID
 	// Since and Until bound created_at: Since <= created_at < Until.
 	Since, Until time.Time
 	// AfterID selects events with a greater id only: the next page of a
