@@ -206,6 +206,17 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		offset, err = queryInt(q, "offset", 0)
 	}
+	f := outbox.Filter{Consumer: q.Get("consumer"), Index: q.Get("index"), Error: q.Get("error")}
+	if err == nil {
+		err = checkError("error", f.Error)
+	}
+	if err == nil && f.Index != "" {
+		if src.Events == nil {
+			err = errors.New("index: this process serves no event pages, so it knows no indexes")
+		} else {
+			f, err = src.Events.Admin.ResolveIndex(f)
+		}
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -213,13 +224,19 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	page := BlockedPage{Blocked: []lag.Blocked{}}
 	snap := src.Sampler.Last()
 	if snap != nil {
-		consumer, etype := q.Get("consumer"), q.Get("event_type")
+		consumer, etype := f.Consumer, q.Get("event_type")
 		var all []lag.Blocked
 		for _, b := range snap.Blocked {
 			if consumer != "" && !slices.Contains(b.Consumers, consumer) {
 				continue
 			}
 			if ok, _ := path.Match(etype, b.EventType); etype != "" && !ok {
+				continue
+			}
+			if f.Kinds != nil && !slices.ContainsFunc(f.Kinds, func(k outbox.Kind) bool { return k.Matches(b.EventType, b.AggregateType) }) {
+				continue
+			}
+			if !outbox.MatchError(f.Error, b.LastError) {
 				continue
 			}
 			all = append(all, b)

@@ -814,3 +814,41 @@ func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, er
 	})
 	return out, nil
 }
+
+// Matches reports whether an event of this type and aggregate type is of
+// the kind (as Filter.Kinds selects it in SQL).
+func (k Kind) Matches(eventType, aggregateType string) bool {
+	return globMatch(k.EventType, eventType) && (k.AggregateType == "" || globMatch(k.AggregateType, aggregateType))
+}
+
+// MatchError reports whether lastError matches the Filter.Error pattern
+// (anywhere, ignoring case), as the SQL selection does; "" matches
+// everything.
+func MatchError(pattern, lastError string) bool {
+	return pattern == "" || globMatch("*"+strings.ToLower(pattern)+"*", strings.ToLower(lastError))
+}
+
+// globMatch matches s against a * / ? pattern (the whole of s).
+func globMatch(p, s string) bool {
+	pr, sr := []rune(p), []rune(s)
+	// Iterative matching with backtracking to the last *.
+	pi, si, star, mark := 0, 0, -1, 0
+	for si < len(sr) {
+		switch {
+		case pi < len(pr) && (pr[pi] == '?' || (pr[pi] != '*' && pr[pi] == sr[si])):
+			pi, si = pi+1, si+1
+		case pi < len(pr) && pr[pi] == '*':
+			star, mark = pi, si
+			pi++
+		case star >= 0:
+			pi, mark = star+1, mark+1
+			si = mark
+		default:
+			return false
+		}
+	}
+	for pi < len(pr) && pr[pi] == '*' {
+		pi++
+	}
+	return pi == len(pr)
+}

@@ -163,3 +163,41 @@ func TestAdminRetryByError(t *testing.T) {
 		t.Errorf("aa_job params: %s", params)
 	}
 }
+
+// MatchError and Kind.Matches are the Go side of Filter.Error and
+// Filter.Kinds (the console's blocked aggregates); they agree with the SQL.
+func TestMatchErrorAndKind(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"", "anything", true},
+		{"mapper_parsing", "search: engine answered 400 MAPPER_PARSING_EXCEPTION: x", true},
+		{"HTTP 4??", "crm-hook: HTTP 422 Unprocessable Entity", true},
+		{"HTTP 4??", "crm-hook: HTTP 42", false},
+		{"no * within", "POST https://x: no answer within 10s", true},
+		{"a*b*c", "xxaYYbZZc", true},
+		{"a*b*c", "xxaYYcZZb", false},
+		{"webhook:*", "search: x", false},
+		{"x", "", false},
+	} {
+		if got := outbox.MatchError(tc.pattern, tc.s); got != tc.want {
+			t.Errorf("MatchError(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		k            outbox.Kind
+		etype, atype string
+		want         bool
+	}{
+		{outbox.Kind{EventType: "entity.customer.*"}, "entity.customer.updated", "ANY", true},
+		{outbox.Kind{EventType: "entity.customer.*", AggregateType: "DDM_ENTITY"}, "entity.customer.updated", "AA_ROLE", false},
+		{outbox.Kind{EventType: "role.?ranted"}, "role.granted", "AA_ROLE", true},
+		{outbox.Kind{EventType: "role.*"}, "entity.role", "AA_ROLE", false},
+	} {
+		if got := tc.k.Matches(tc.etype, tc.atype); got != tc.want {
+			t.Errorf("%+v.Matches(%q, %q) = %v, want %v", tc.k, tc.etype, tc.atype, got, tc.want)
+		}
+	}
+}

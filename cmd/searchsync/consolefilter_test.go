@@ -155,6 +155,42 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 		}
 	}
 
+	// The blocked aggregates (the sampler's snapshot: every failed event
+	// heads its own aggregate) take the same filters.
+	blocked := func(query string) (int, []string, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/api/blocked?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var page dashboard.BlockedPage
+		_ = json.Unmarshal(b, &page)
+		var got []string
+		for _, x := range page.Blocked {
+			got = append(got, name(x.HeadID))
+		}
+		slices.Sort(got)
+		return resp.StatusCode, got, string(b)
+	}
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{q("error", class["fix-mapping"]), []string{"mapping"}},
+		{q("error", "http 4??"), []string{"hook", "order"}},
+		{q("index", "customers"), []string{"hook", "mapping", "payload"}},
+		{q("index", "customers", "error", "projection"), []string{"payload"}},
+	} {
+		if code, got, body := blocked(tc.query); code != http.StatusOK || !slices.Equal(got, tc.want) {
+			t.Errorf("GET /api/blocked?%s: %d %v, want %v (%s)", tc.query, code, got, tc.want, body)
+		}
+	}
+	if code, _, body := blocked(q("index", "orders")); code != http.StatusBadRequest || !strings.Contains(body, "the indexes of the search consumers are customers") {
+		t.Errorf("GET /api/blocked?index=orders: %d %s", code, body)
+	}
+
 	post := func(body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/actions", strings.NewReader(body))

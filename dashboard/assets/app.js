@@ -216,14 +216,13 @@ async function errorClasses() {
     cls.map((c) => `<option value="${esc(c.pattern)}" title="${esc(c.label)}">${esc(c.name)}</option>`).join("");
 }
 
-// filterQuery is the filter as /api/events takes it; the blocked listing
-// (withErrors false) filters by consumer and event type only.
-function filterQuery(withErrors = true) {
+// filterQuery is the filter as /api/events and /api/blocked take it.
+function filterQuery() {
   const q = new URLSearchParams();
   if ($("f-consumer").value) q.set("consumer", $("f-consumer").value);
   if ($("f-type").value.trim()) q.set("event_type", $("f-type").value.trim());
-  if (withErrors && $("f-index").value) q.set("index", $("f-index").value);
-  if (withErrors && $("f-error").value.trim()) q.set("error", $("f-error").value.trim());
+  if ($("f-index").value) q.set("index", $("f-index").value);
+  if ($("f-error").value.trim()) q.set("error", $("f-error").value.trim());
   return q;
 }
 
@@ -253,7 +252,7 @@ async function loadEvents() {
 }
 
 async function loadBlocked() {
-  const q = filterQuery(false);
+  const q = filterQuery();
   q.set("offset", ev.blockedOffset);
   let page;
   try { page = await getJSON("api/blocked?" + q); } catch (e) { return; }
