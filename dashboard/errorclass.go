@@ -24,7 +24,7 @@ var ErrorClasses = []ErrorClass{
 	// indexer.Classify: a bulk item the engine refused with 400
 	// (mapper_parsing_exception, document_parsing_exception,
 	// strict_dynamic_mapping_exception, illegal_argument_exception).
-	{"fix-mapping", "Fix the index mapping or the document: the engine rejected it (400, e.g. mapper_parsing_exception)", "engine answered 400 "},
+	{"fix-mapping", "Fix the index mapping or the document: the engine rejected it (400, e.g. mapper_parsing_exception)", "engine answered 400 *exception"},
 	// projections.PoisonError: "projection NAME: event ID (TYPE): REASON".
 	{"fix-payload", "Fix the producer's payload: the projection cannot use it (no version, document id, field types, schema_version)", "projection*: event *"},
 	// projections.Set.Upcast.
