@@ -97,21 +97,26 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", Events: events}))
 	t.Cleanup(srv.Close)
 
-	list := func(query string) (int, []string, string) {
+	get := func(path string, v any) (int, string) {
 		t.Helper()
-		resp, err := http.Get(srv.URL + "/api/events?" + query)
+		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, v)
+		return resp.StatusCode, string(b)
+	}
+	list := func(query string) (int, []string, string) {
+		t.Helper()
 		var page dashboard.EventsPage
-		_ = json.Unmarshal(b, &page)
+		code, body := get("/api/events?"+query, &page)
 		var got []string
 		for _, e := range page.Events {
 			got = append(got, name(e.ID))
 		}
-		return resp.StatusCode, got, string(b)
+		return code, got, body
 	}
 	class := map[string]string{}
 	for _, c := range dashboard.ErrorClasses {
@@ -159,20 +164,14 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	// heads its own aggregate) take the same filters.
 	blocked := func(query string) (int, []string, string) {
 		t.Helper()
-		resp, err := http.Get(srv.URL + "/api/blocked?" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
 		var page dashboard.BlockedPage
-		_ = json.Unmarshal(b, &page)
+		code, body := get("/api/blocked?"+query, &page)
 		var got []string
 		for _, x := range page.Blocked {
 			got = append(got, name(x.HeadID))
 		}
 		slices.Sort(got)
-		return resp.StatusCode, got, string(b)
+		return code, got, body
 	}
 	for _, tc := range []struct {
 		query string

@@ -137,10 +137,12 @@ func TestCompactCommand(t *testing.T) {
 
 // TestOutboxConsumerCommands: list, status, retry and ack for one consumer
 // (--consumer) on a search consumer and a webhook that went different ways.
-func TestOutboxConsumerCommands(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	alias := testenv.Name("cons")
+// twoConsumerCLI configures db with two consumers, search (the customer
+// example's index, alias returned) and webhook, and returns a runner of
+// `searchsync <args>` with that configuration.
+func twoConsumerCLI(t *testing.T, db *testenv.DB, prefix string) (func(args ...string) (string, string, int), string) {
+	t.Helper()
+	alias := testenv.Name(prefix)
 	defs, projections := customerIndex(t, alias)
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
@@ -152,10 +154,16 @@ routes:
   - {consumer: search, event_types: ["entity.customer.*"]}
   - {consumer: webhook}
 `, db.URL, db.Schema, defs, projections, alias))
-	cli := func(args ...string) (string, string, int) {
+	return func(args ...string) (string, string, int) {
 		t.Helper()
 		return runCLI(t, []string{"DATABASE_URL=", "SEARCHSYNC_SCHEMA="}, append([]string{"-c", cfg}, args...)...)
-	}
+	}, alias
+}
+
+func TestOutboxConsumerCommands(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	cli, _ := twoConsumerCLI(t, db, "cons")
 	ctx := context.Background()
 	// 1: search done, webhook failed. 2: failed for both, no delivery rows. 3: pending role event (webhook only).
 	_, err := db.Pool.Exec(ctx, `
@@ -303,22 +311,7 @@ func TestOutboxSkipCommand(t *testing.T) {
 func TestOutboxIndexAndErrorFlags(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	alias := testenv.Name("flt")
-	defs, projections := customerIndex(t, alias)
-	cfg := writeConfig(t, fmt.Sprintf(`
-database: {url: %q, schema: %s}
-indexes: {definitions: %q, projections: [%q]}
-consumers:
-  - {name: search, type: search, search: {indexes: [%s]}}
-  - {name: webhook, type: webhook, webhook: {url: "http://127.0.0.1:9/hook", secret: "whsec_c2VjcmV0"}}
-routes:
-  - {consumer: search, event_types: ["entity.customer.*"]}
-  - {consumer: webhook}
-`, db.URL, db.Schema, defs, projections, alias))
-	cli := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, []string{"DATABASE_URL=", "SEARCHSYNC_SCHEMA="}, append([]string{"-c", cfg}, args...)...)
-	}
+	cli, alias := twoConsumerCLI(t, db, "flt")
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `
 INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
