@@ -45,6 +45,11 @@ type ActionFilter struct {
 	Consumer      string `json:"consumer"`
 	EventType     string `json:"event_type"`
 	AggregateType string `json:"aggregate_type"`
+	// Index selects the events whose projection writes this index, Error
+	// the events whose last_error matches this pattern (as GET /api/events'
+	// index and error).
+	Index string `json:"index"`
+	Error string `json:"error"`
 }
 
 // ActionsAnswer is the JSON of POST /api/actions: the change (as
@@ -165,11 +170,15 @@ func (req *ActionsRequest) filter() (outbox.Filter, string, error) {
 		default:
 			return f, "", fmt.Errorf("filter.status %q: want failed, skipped or pending", ff.Status)
 		}
-		f.EventType, f.AggregateType = ff.EventType, ff.AggregateType
-		if !f.Narrows() && !req.All {
-			return f, "", fmt.Errorf(`filter narrows nothing (status and consumer alone select every such event): add filter.event_type or filter.aggregate_type, or say "all": true`)
+		f.EventType, f.AggregateType, f.Index, f.Error = ff.EventType, ff.AggregateType, ff.Index, ff.Error
+		if err := checkError("filter.error", f.Error); err != nil {
+			return f, "", err
 		}
-		what = fmt.Sprintf("filter status=%q consumer=%q event_type=%q aggregate_type=%q", ff.Status, f.Consumer, ff.EventType, ff.AggregateType)
+		if !f.Narrows() && !req.All {
+			return f, "", fmt.Errorf(`filter narrows nothing (status and consumer alone select every such event): add filter.event_type, filter.aggregate_type, filter.index or filter.error, or say "all": true`)
+		}
+		what = fmt.Sprintf("filter status=%q consumer=%q event_type=%q aggregate_type=%q index=%q error=%q", ff.Status, f.Consumer,
+			ff.EventType, ff.AggregateType, ff.Index, ff.Error)
 	}
 	return f, what, nil
 }

@@ -69,6 +69,7 @@ func (src Source) registerEvents(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/events", src.listEvents)
 	mux.HandleFunc("GET /api/events/{id}", src.getEvent)
 	mux.HandleFunc("GET /api/blocked", src.listBlocked)
+	mux.HandleFunc("GET /api/error-classes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, ErrorClasses) })
 	mux.HandleFunc("POST /api/events/{id}/retry", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "retry") })
 	mux.HandleFunc("POST /api/events/{id}/ack", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "ack") })
 	mux.HandleFunc("POST /api/events/{id}/skip", func(w http.ResponseWriter, r *http.Request) { src.act(w, r, "skip") })
@@ -103,7 +104,10 @@ func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
 		after, err = queryInt(q, "after_id", 0)
 	}
 	f := outbox.Filter{Consumer: q.Get("consumer"), EventType: q.Get("event_type"), AggregateType: q.Get("aggregate_type"),
-		AfterID: int64(after), Limit: limit + 1}
+		Index: q.Get("index"), Error: q.Get("error"), AfterID: int64(after), Limit: limit + 1}
+	if err == nil {
+		err = checkError("error", f.Error)
+	}
 	if err == nil {
 		st := outbox.Status(q.Get("status"))
 		switch st {
@@ -117,6 +121,9 @@ func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil && f.Consumer != "" {
 		err = src.Events.Admin.CheckConsumer(f.Consumer)
+	}
+	if err == nil {
+		_, err = src.Events.Admin.ResolveIndex(f)
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -199,6 +206,17 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		offset, err = queryInt(q, "offset", 0)
 	}
+	f := outbox.Filter{Consumer: q.Get("consumer"), Index: q.Get("index"), Error: q.Get("error")}
+	if err == nil {
+		err = checkError("error", f.Error)
+	}
+	if err == nil && f.Index != "" {
+		if src.Events == nil {
+			err = errors.New("index: this process serves no event pages, so it knows no indexes")
+		} else {
+			f, err = src.Events.Admin.ResolveIndex(f)
+		}
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -206,13 +224,19 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	page := BlockedPage{Blocked: []lag.Blocked{}}
 	snap := src.Sampler.Last()
 	if snap != nil {
-		consumer, etype := q.Get("consumer"), q.Get("event_type")
+		consumer, etype := f.Consumer, q.Get("event_type")
 		var all []lag.Blocked
 		for _, b := range snap.Blocked {
 			if consumer != "" && !slices.Contains(b.Consumers, consumer) {
 				continue
 			}
 			if ok, _ := path.Match(etype, b.EventType); etype != "" && !ok {
+				continue
+			}
+			if f.Kinds != nil && !slices.ContainsFunc(f.Kinds, func(k outbox.Kind) bool { return k.Matches(b.EventType, b.AggregateType) }) {
+				continue
+			}
+			if !outbox.MatchError(f.Error, b.LastError) {
 				continue
 			}
 			all = append(all, b)
@@ -344,10 +368,11 @@ func crossSite(r *http.Request) string {
 func (src Source) fail(w http.ResponseWriter, what string, err error) {
 	var (
 		uc      *outbox.UnknownConsumerError
+		ui      *outbox.UnknownIndexError
 		refused *outbox.RefusedError
 	)
 	switch {
-	case errors.As(err, &uc) || errors.Is(err, outbox.ErrNoSelection):
+	case errors.As(err, &uc) || errors.As(err, &ui) || errors.Is(err, outbox.ErrNoSelection):
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	case errors.As(err, &refused):

@@ -96,7 +96,7 @@ const maxAuditDetails = 1000
 
 // ErrNoSelection reports a retry, ack or skip without ids or a narrowing
 // filter.
-var ErrNoSelection = errors.New("no selection: name event ids or a filter (event type, aggregate type or id, created since/until), or say all (--all)")
+var ErrNoSelection = errors.New("no selection: name event ids or a filter (event type, aggregate type or id, index, error, created since/until), or say all (--all)")
 
 // DB is what the operator actions need of a connection (*pgxpool.Pool,
 // *pgx.Conn or a pgx.Tx).
@@ -121,7 +121,20 @@ type Filter struct {
 	// characters, ? one character; anything else matches itself.
 	EventType     string
 	AggregateType string
-	AggregateID   *uuid.UUID
+	// Kinds selects events of any of these kinds (each its event type and
+	// aggregate type patterns); nil: no bound. Filter.Index fills it.
+	Kinds []Kind
+	// Index selects the events whose projection writes this index (alias):
+	// Admin.WithIndexes turns it into Kinds and, when one consumer alone
+	// writes the index and Consumer is empty, that Consumer.
+	Index string
+	// Error is a pattern matched anywhere in last_error, ignoring case, with
+	// * and ? as in EventType ("mapper_parsing", "HTTP 4??"). With
+	// Consumer it is the consumer's last_error: its delivery row's, or the
+	// outbox row's when the event has no delivery rows. An event without a
+	// last_error never matches.
+	Error       string
+	AggregateID *uuid.UUID
 	// Since and Until bound created_at: Since <= created_at < Until.
 	Since, Until time.Time
 	// AfterID selects events with a greater id only: the next page of a
@@ -131,16 +144,33 @@ type Filter struct {
 	Limit int
 }
 
+// Kind is a kind of event: an event type and an aggregate type pattern (as
+// Filter.EventType; "" matches any aggregate type).
+type Kind struct {
+	EventType     string `json:"event_type"`
+	AggregateType string `json:"aggregate_type,omitempty"`
+}
+
 // Narrows reports whether the filter names ids or narrows by anything but
 // status, consumer and limit.
 func (f Filter) Narrows() bool {
 	return len(f.IDs) > 0 || f.EventType != "" || f.AggregateType != "" || f.AggregateID != nil ||
-		!f.Since.IsZero() || !f.Until.IsZero()
+		!f.Since.IsZero() || !f.Until.IsZero() || f.Kinds != nil || f.Index != "" || f.Error != ""
 }
 
-// args are the filter's positional parameters $1…$8 of filterSQL followed by
-// the limit ($9). With a consumer, the statuses are the consumer's states and
-// do not go into $2.
+// errorLike is the ILIKE pattern of Filter.Error (nil when it is empty).
+func (f Filter) errorLike() *string {
+	if f.Error == "" {
+		return nil
+	}
+	p := "%" + globToLike(f.Error) + "%"
+	return &p
+}
+
+// args are the filter's positional parameters $1…$11 of filterSQL followed
+// by the limit ($12). With a consumer, the statuses are the consumer's
+// states and do not go into $2, and the error pattern is matched against
+// the consumer's last_error (selectOwed), not in $11.
 func (f Filter) args() []any {
 	var ids []int64
 	if len(f.IDs) > 0 {
@@ -171,7 +201,19 @@ func (f Filter) args() []any {
 	if f.AfterID > 0 {
 		after = &f.AfterID
 	}
-	return []any{ids, statuses, opt(f.EventType), opt(f.AggregateType), f.AggregateID, optTime(f.Since), optTime(f.Until), after, limit}
+	var kindTypes, kindAggs []*string
+	if f.Kinds != nil {
+		kindTypes, kindAggs = []*string{}, []*string{}
+		for _, k := range f.Kinds {
+			kindTypes, kindAggs = append(kindTypes, opt(k.EventType)), append(kindAggs, opt(k.AggregateType))
+		}
+	}
+	errLike := f.errorLike()
+	if f.Consumer != "" {
+		errLike = nil
+	}
+	return []any{ids, statuses, opt(f.EventType), opt(f.AggregateType), f.AggregateID, optTime(f.Since), optTime(f.Until), after,
+		kindTypes, kindAggs, errLike, limit}
 }
 
 func (f Filter) statusStrings() []string {
@@ -202,7 +244,9 @@ func globToLike(p string) string {
 }
 
 // filterSQL is the WHERE clause of every selection, on the events aliased e;
-// its parameters are Filter.args ($1…$8; $9 is the LIMIT of the statement).
+// its parameters are Filter.args ($1…$11; $12 is the LIMIT of the
+// statement). $9 and $10 are the kinds (pairwise; a NULL aggregate type
+// matches any), $11 the ILIKE pattern of last_error.
 const filterSQL = `
     ($1::bigint[] IS NULL OR e.id = ANY($1))
 AND ($2::text[] IS NULL OR e.status::text = ANY($2))
@@ -211,7 +255,10 @@ AND ($4::text IS NULL OR e.aggregate_type LIKE $4)
 AND ($5::uuid IS NULL OR e.aggregate_id = $5)
 AND ($6::timestamptz IS NULL OR e.created_at >= $6)
 AND ($7::timestamptz IS NULL OR e.created_at < $7)
-AND ($8::bigint IS NULL OR e.id > $8)`
+AND ($8::bigint IS NULL OR e.id > $8)
+AND ($9::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest($9::text[], $10::text[]) AS k(event_type, aggregate_type)
+     WHERE e.event_type LIKE k.event_type AND (k.aggregate_type IS NULL OR e.aggregate_type LIKE k.aggregate_type)))
+AND ($11::text IS NULL OR e.last_error ILIKE $11)`
 
 const eventColumns = `id, tenant_id, event_type, schema_version, aggregate_type, aggregate_id, audit_log_id,
 correlation_id, payload, status::text, attempts, last_error, available_at, dispatched_at, created_at, created_by`
@@ -246,40 +293,45 @@ FROM blocked b
 ORDER BY b.id
 LIMIT $1`
 
-	listSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + ` ORDER BY id LIMIT $9`
+	listSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + ` ORDER BY id LIMIT $12`
 
-	// selectStatusSQL is the selection of an ack (and a dry run's): $10 are the
+	// selectStatusSQL is the selection of an ack (and a dry run's): $13 are the
 	// statuses the action applies to.
 	selectStatusSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL +
-		` AND e.status::text = ANY($10) ORDER BY id LIMIT $9`
+		` AND e.status::text = ANY($13) ORDER BY id LIMIT $12`
 
 	// selectRetrySQL is the selection of an unqualified retry: failed events
 	// and events with a failed delivery row.
 	selectRetrySQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + `
 AND (e.status = 'failed' OR EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id AND d.state = 'failed'))
-ORDER BY id LIMIT $9`
+ORDER BY id LIMIT $12`
 
 	// routedPairsSQL lists the (event_type, aggregate_type) pairs of the
-	// events without delivery rows whose status is one of $9: the caller
+	// events without delivery rows whose status is one of $12: the caller
 	// keeps those routed to the consumer and passes them to selectOwedSQL.
+	// (Their outbox row is the consumer's: $11 is the error pattern here.)
 	routedPairsSQL = `SELECT DISTINCT e.event_type, e.aggregate_type FROM {t} e WHERE ` + filterSQL + `
-AND e.status::text = ANY($9) AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)`
+AND e.status::text = ANY($12) AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)`
 
-	// selectOwedSQL selects what consumer $10 owes in the states $11: its
+	// selectOwedSQL selects what consumer $13 owes in the states $14: its
 	// delivery rows in those states, and the events without delivery rows in
 	// those statuses whose (event_type, aggregate_type) is one of the routed
-	// pairs ($12, $13).
+	// pairs ($15, $16). $17 is the error pattern, matched against the
+	// consumer's last_error: its delivery row's, or the outbox row's of an
+	// event without delivery rows.
 	selectOwedSQL = `
 WITH owed AS (
-    SELECT d.event_id AS id FROM {d} d WHERE d.consumer = $10 AND d.state = ANY($11)
+    SELECT d.event_id AS id FROM {d} d WHERE d.consumer = $13 AND d.state = ANY($14)
+      AND ($17::text IS NULL OR d.last_error ILIKE $17)
     UNION ALL
     SELECT o.id FROM {t} o
-    WHERE o.status::text = ANY($11)
-      AND (o.event_type, o.aggregate_type) IN (SELECT * FROM unnest($12::text[], $13::text[]))
+    WHERE o.status::text = ANY($14)
+      AND (o.event_type, o.aggregate_type) IN (SELECT * FROM unnest($15::text[], $16::text[]))
       AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = o.id)
+      AND ($17::text IS NULL OR o.last_error ILIKE $17)
 )
 SELECT ` + eventColumns + ` FROM {t} e WHERE e.id IN (SELECT id FROM owed) AND ` + filterSQL + `
-ORDER BY id LIMIT $9`
+ORDER BY id LIMIT $12`
 
 	deliveriesSQL = `
 SELECT event_id, consumer, state, attempts, last_error, available_at, delivered_at
@@ -399,6 +451,7 @@ type Admin struct {
 	schema  string
 	q       adminQueries
 	routing *Routing
+	indexes []Index
 }
 
 // NewAdmin returns the operator queries for schema (default "mdm").
@@ -438,6 +491,80 @@ func (a *Admin) WithRouting(r Routing) *Admin {
 	r.Consumers = slices.Clone(r.Consumers)
 	c.routing = &r
 	return &c
+}
+
+// Index is what the operator actions know of one index (alias) of the
+// search consumers: which consumers write it and the kinds of events whose
+// projection writes it. The caller builds it from the configuration and
+// the projections (cmd/searchsync).
+type Index struct {
+	Name string
+	// Consumers are the consumers that write the index.
+	Consumers []string
+	// Kinds are the event kinds its projections take (patterns).
+	Kinds []Kind
+	// Problem, when set, is why the index cannot be turned into a filter
+	// (a projection pattern the outbox patterns cannot express).
+	Problem string
+}
+
+// WithIndexes returns a copy of a that knows the indexes: what Filter.Index
+// needs.
+func (a *Admin) WithIndexes(ix []Index) *Admin {
+	c := *a
+	c.indexes = slices.Clone(ix)
+	return &c
+}
+
+// UnknownIndexError is an index name no consumer writes, or one that cannot
+// be turned into a filter (Reason).
+type UnknownIndexError struct {
+	Name   string
+	Known  []string
+	Reason string
+}
+
+func (e *UnknownIndexError) Error() string {
+	switch {
+	case e.Reason != "":
+		return fmt.Sprintf("outbox: index %q: %s", e.Name, e.Reason)
+	case len(e.Known) == 0:
+		return fmt.Sprintf("outbox: unknown index %q: no search consumer writes an index", e.Name)
+	}
+	return fmt.Sprintf("outbox: unknown index %q; the indexes of the search consumers are %s", e.Name, strings.Join(e.Known, ", "))
+}
+
+// ResolveIndex turns f.Index into the kinds of its projections (f.Kinds) and,
+// when f.Consumer is empty and one consumer alone writes the index, that
+// consumer. A consumer that does not write the index, an unknown index and
+// an index no projection writes are an *UnknownIndexError. Without
+// f.Index, f is returned as it is.
+func (a *Admin) ResolveIndex(f Filter) (Filter, error) {
+	if f.Index == "" {
+		return f, nil
+	}
+	var known []string
+	for _, ix := range a.indexes {
+		known = append(known, ix.Name)
+	}
+	i := slices.IndexFunc(a.indexes, func(ix Index) bool { return ix.Name == f.Index })
+	if i < 0 {
+		return f, &UnknownIndexError{Name: f.Index, Known: known}
+	}
+	ix := a.indexes[i]
+	switch {
+	case ix.Problem != "":
+		return f, &UnknownIndexError{Name: f.Index, Known: known, Reason: ix.Problem}
+	case len(ix.Kinds) == 0:
+		return f, &UnknownIndexError{Name: f.Index, Known: known, Reason: "no projection writes it, so no event goes to it"}
+	case f.Consumer != "" && !slices.Contains(ix.Consumers, f.Consumer):
+		return f, &UnknownIndexError{Name: f.Index, Known: known,
+			Reason: fmt.Sprintf("consumer %s does not write it (%s does)", f.Consumer, strings.Join(ix.Consumers, ", "))}
+	case f.Consumer == "" && len(ix.Consumers) == 1:
+		f.Consumer = ix.Consumers[0]
+	}
+	f.Kinds = slices.Clone(ix.Kinds)
+	return f, nil
 }
 
 // UnknownConsumerError is a consumer name that is not configured.
@@ -686,4 +813,42 @@ func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, er
 		return strings.Compare(x.Consumer, y.Consumer)
 	})
 	return out, nil
+}
+
+// Matches reports whether an event of this type and aggregate type is of
+// the kind (as Filter.Kinds selects it in SQL).
+func (k Kind) Matches(eventType, aggregateType string) bool {
+	return globMatch(k.EventType, eventType) && (k.AggregateType == "" || globMatch(k.AggregateType, aggregateType))
+}
+
+// MatchError reports whether lastError matches the Filter.Error pattern
+// (anywhere, ignoring case), as the SQL selection does; "" matches
+// everything.
+func MatchError(pattern, lastError string) bool {
+	return pattern == "" || globMatch("*"+strings.ToLower(pattern)+"*", strings.ToLower(lastError))
+}
+
+// globMatch matches s against a * / ? pattern (the whole of s).
+func globMatch(p, s string) bool {
+	pr, sr := []rune(p), []rune(s)
+	// Iterative matching with backtracking to the last *.
+	pi, si, star, mark := 0, 0, -1, 0
+	for si < len(sr) {
+		switch {
+		case pi < len(pr) && (pr[pi] == '?' || (pr[pi] != '*' && pr[pi] == sr[si])):
+			pi, si = pi+1, si+1
+		case pi < len(pr) && pr[pi] == '*':
+			star, mark = pi, si
+			pi++
+		case star >= 0:
+			pi, mark = star+1, mark+1
+			si = mark
+		default:
+			return false
+		}
+	}
+	for pi < len(pr) && pr[pi] == '*' {
+		pi++
+	}
+	return pi == len(pr)
 }

@@ -73,11 +73,12 @@ func (l *Listed) split() bool {
 // consumer still owes or parked (its state pending or failed, or the states
 // in Filter.Statuses).
 func (a *Admin) List(ctx context.Context, db DB, f Filter) ([]Listed, error) {
+	f, err := a.ResolveIndex(f)
+	if err != nil {
+		return nil, err
+	}
 	f.Limit = cmp.Or(f.Limit, 100)
-	var (
-		evs []Listed
-		err error
-	)
+	var evs []Listed
 	if f.Consumer != "" {
 		states, serr := consumerStates(f.Statuses, []Status{StatusPending, StatusFailed}, "list")
 		if serr != nil {
@@ -150,7 +151,9 @@ func (a *Admin) selectOwed(ctx context.Context, db DB, f Filter, states []string
 		return nil, err
 	}
 	args := f.args()
-	rows, err := db.Query(ctx, a.q.routedPairs, append(slices.Clone(args[:8]), states)...)
+	pairArgs := slices.Clone(args[:11])
+	pairArgs[10] = f.errorLike() // the outbox row of an event without delivery rows is the consumer's
+	rows, err := db.Query(ctx, a.q.routedPairs, append(pairArgs, states)...)
 	if err != nil {
 		return nil, fmt.Errorf("kinds of events routed to %s: %w", f.Consumer, err)
 	}
@@ -164,7 +167,7 @@ func (a *Admin) selectOwed(ctx context.Context, db DB, f Filter, states []string
 	}); err != nil {
 		return nil, fmt.Errorf("kinds of events routed to %s: %w", f.Consumer, err)
 	}
-	return a.selectEvents(ctx, db, a.q.selectOwed, append(args, f.Consumer, states, etypes, atypes), lock)
+	return a.selectEvents(ctx, db, a.q.selectOwed, append(args, f.Consumer, states, etypes, atypes, f.errorLike()), lock)
 }
 
 // loadDeliveries attaches the delivery rows of evs; consumer, when set, gets
@@ -350,6 +353,14 @@ type plan struct {
 }
 
 func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts ChangeOptions) (*Change, error) {
+	index := f.Index
+	f, err := a.ResolveIndex(f)
+	if err != nil {
+		return nil, err
+	}
+	if action == "skip" && index != "" && f.Consumer != "" {
+		f.Consumer = "" // the index's consumer: skip acts on the events as a whole
+	}
 	if f.Consumer != "" {
 		if err := a.CheckConsumer(f.Consumer); err != nil {
 			return nil, err
@@ -376,7 +387,7 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 	case action == "skip":
 		statuses = []string{string(StatusFailed)}
 	}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var (
 			evs []Listed
 			err error
@@ -691,6 +702,15 @@ func auditParams(f Filter, statuses []string, opts ChangeOptions) map[string]any
 	}
 	if f.AggregateType != "" {
 		p["aggregate_type"] = f.AggregateType
+	}
+	if f.Index != "" {
+		p["index"] = f.Index
+	}
+	if f.Kinds != nil {
+		p["kinds"] = f.Kinds
+	}
+	if f.Error != "" {
+		p["error"] = f.Error
 	}
 	if f.AggregateID != nil {
 		p["aggregate_id"] = f.AggregateID

@@ -77,7 +77,11 @@ func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(routing(cfg)), DB: pool, Token: tok}
+	ix, err := outboxIndexes(cfg)
+	if err != nil {
+		return err
+	}
+	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(routing(cfg)).WithIndexes(ix), DB: pool, Token: tok}
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // OutboxCmd groups the operator commands on the outbox table.
@@ -39,7 +40,7 @@ type OutboxStatusCmd struct {
 
 // Run prints the status.
 func (c *OutboxStatusCmd) Run(ctx context.Context, g *Globals) error {
-	e, admin, pool, err := openAdmin(ctx, g)
+	e, admin, pool, err := openAdmin(ctx, g, false)
 	if err != nil {
 		return err
 	}
@@ -135,11 +136,13 @@ type filterFlags struct {
 	Since         timeFlag `placeholder:"TIME" help:"created_at at or after: RFC 3339 time, date (2026-11-30) or an age (90m, 36h, 7d)."`
 	Until         timeFlag `placeholder:"TIME" help:"created_at before: RFC 3339 time, date or an age."`
 	Consumer      string   `placeholder:"NAME" help:"Only what this configured consumer still owes or parked; --status is then its own state (pending, failed). Not a selection by itself: retry and ack still need ids, a filter or --all."`
+	Index         string   `placeholder:"ALIAS" help:"Only events whose projection writes this index of a search consumer (their event types and aggregate types); implies --consumer when one consumer alone writes it."`
+	Error         string   `placeholder:"PATTERN" help:"last_error contains this, ignoring case; * and ? as in --event-type (mapper_parsing_exception, 'HTTP 4??'). With --consumer: that consumer's last_error."`
 }
 
 func (f *filterFlags) filter(ids []int64, limit int) (outbox.Filter, error) {
 	out := outbox.Filter{IDs: append(append([]int64(nil), f.ID...), ids...), EventType: f.EventType, AggregateType: f.AggregateType,
-		Since: f.Since.t, Until: f.Until.t, Limit: limit, Consumer: f.Consumer}
+		Since: f.Since.t, Until: f.Until.t, Limit: limit, Consumer: f.Consumer, Index: f.Index, Error: f.Error}
 	for _, s := range f.Status {
 		out.Statuses = append(out.Statuses, outbox.Status(s))
 	}
@@ -173,7 +176,7 @@ func (c *OutboxListCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Limit == 0 {
 		f.Limit = int(^uint(0) >> 1)
 	}
-	_, admin, pool, err := openAdmin(ctx, g)
+	_, admin, pool, err := openAdmin(ctx, g, f.Index != "")
 	if err != nil {
 		return err
 	}
@@ -318,7 +321,7 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 	if !f.Narrows() && !c.All {
 		return fmt.Errorf("outbox %s: %w", action, outbox.ErrNoSelection)
 	}
-	_, admin, pool, err := openAdmin(ctx, g)
+	_, admin, pool, err := openAdmin(ctx, g, f.Index != "")
 	if err != nil {
 		return err
 	}
@@ -366,13 +369,76 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 
 // openAdmin loads the configuration and connects. The admin knows the
 // configured consumers and routes (for --consumer and the per-consumer
-// status).
-func openAdmin(ctx context.Context, g *Globals) (*env, *outbox.Admin, poolCloser, error) {
-	e, pool, err := g.connect(ctx)
+// status) and, with indexes, the projections' indexes (for --index).
+func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Admin, poolCloser, error) {
+	e, err := g.load(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return e, outbox.NewAdmin(e.cfg.Database.Schema).WithRouting(routing(e.cfg)), pool, nil
+	admin := outbox.NewAdmin(e.cfg.Database.Schema).WithRouting(routing(e.cfg))
+	if indexes {
+		ix, err := outboxIndexes(e.cfg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		admin = admin.WithIndexes(ix)
+	}
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return e, admin, pool, nil
+}
+
+// outboxIndexes lists the indexes of the search consumers as the outbox
+// admin takes them (Filter.Index): the consumers that write each and the
+// event kinds of the projections that write it. A projection pattern with
+// [ ] or \ (path.Match syntax the outbox patterns lack) makes its index a
+// Problem, refused when it is asked for.
+func outboxIndexes(cfg *config.Config) ([]outbox.Index, error) {
+	var out []outbox.Index
+	at := map[string]int{}
+	for _, cc := range cfg.Consumers {
+		if cc.Search == nil {
+			continue
+		}
+		for _, alias := range cc.Search.Indexes {
+			i, ok := at[alias]
+			if !ok {
+				i, at[alias] = len(out), len(out)
+				out = append(out, outbox.Index{Name: alias})
+			}
+			out[i].Consumers = append(out[i].Consumers, cc.Name)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	set, err := search.LoadProjections(cfg, builtinExamples)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range set.Projections() {
+		i, ok := at[p.Index]
+		if !ok {
+			continue
+		}
+		ix := &out[i]
+		for _, pat := range append(slices.Clone(p.EventTypes), p.AggregateTypes...) {
+			if strings.ContainsAny(pat, `[\`) && ix.Problem == "" {
+				ix.Problem = fmt.Sprintf("projection %s: pattern %q uses [ ] or \\, which the outbox filter cannot express; filter by event type instead", p.Name, pat)
+			}
+		}
+		for _, et := range p.EventTypes {
+			if len(p.AggregateTypes) == 0 {
+				ix.Kinds = append(ix.Kinds, outbox.Kind{EventType: et})
+			}
+			for _, at := range p.AggregateTypes {
+				ix.Kinds = append(ix.Kinds, outbox.Kind{EventType: et, AggregateType: at})
+			}
+		}
+	}
+	return out, nil
 }
 
 // routing is the configuration's consumers and routes as the outbox admin

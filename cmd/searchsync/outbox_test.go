@@ -137,10 +137,12 @@ func TestCompactCommand(t *testing.T) {
 
 // TestOutboxConsumerCommands: list, status, retry and ack for one consumer
 // (--consumer) on a search consumer and a webhook that went different ways.
-func TestOutboxConsumerCommands(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	alias := testenv.Name("cons")
+// twoConsumerCLI configures db with two consumers, search (the customer
+// example's index, alias returned) and webhook, and returns a runner of
+// `searchsync <args>` with that configuration.
+func twoConsumerCLI(t *testing.T, db *testenv.DB, prefix string) (func(args ...string) (string, string, int), string) {
+	t.Helper()
+	alias := testenv.Name(prefix)
 	defs, projections := customerIndex(t, alias)
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
@@ -152,10 +154,16 @@ routes:
   - {consumer: search, event_types: ["entity.customer.*"]}
   - {consumer: webhook}
 `, db.URL, db.Schema, defs, projections, alias))
-	cli := func(args ...string) (string, string, int) {
+	return func(args ...string) (string, string, int) {
 		t.Helper()
 		return runCLI(t, []string{"DATABASE_URL=", "SEARCHSYNC_SCHEMA="}, append([]string{"-c", cfg}, args...)...)
-	}
+	}, alias
+}
+
+func TestOutboxConsumerCommands(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	cli, _ := twoConsumerCLI(t, db, "cons")
 	ctx := context.Background()
 	// 1: search done, webhook failed. 2: failed for both, no delivery rows. 3: pending role event (webhook only).
 	_, err := db.Pool.Exec(ctx, `
@@ -294,5 +302,67 @@ func TestOutboxSkipCommand(t *testing.T) {
 	}
 	if out, stderr, code := outboxCLI(t, db, "outbox", "ack", "1"); code != 0 || !strings.Contains(out, "1 event acknowledged") {
 		t.Fatalf("ack of the skipped event: %d %s %s", code, out, stderr)
+	}
+}
+
+// TestOutboxIndexAndErrorFlags: --index (the projections' kinds, and the
+// consumer that alone writes the index) and --error on list, retry and
+// skip.
+func TestOutboxIndexAndErrorFlags(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	cli, alias := twoConsumerCLI(t, db, "flt")
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, status, attempts, last_error)
+VALUES ('entity.customer.updated', 'DDM_ENTITY', gen_random_uuid(), '{}', 'failed', 10, 'search: index x/1 v1: engine answered 400 mapper_parsing_exception: bad'),
+       ('entity.customer.updated', 'DDM_ENTITY', gen_random_uuid(), '{}', 'failed', 10, 'webhook: HTTP 422 Unprocessable Entity'),
+       ('role.granted', 'AA_ROLE', gen_random_uuid(), '{}', 'failed', 3, 'webhook: HTTP 410 Gone')`); err != nil {
+		t.Fatal(err)
+	}
+	list := func(args ...string) []int64 {
+		t.Helper()
+		out, stderr, code := cli(append([]string{"outbox", "list", "--json"}, args...)...)
+		var evs []outbox.Listed
+		if err := json.Unmarshal([]byte(out), &evs); code != 0 || err != nil {
+			t.Fatalf("list %v: %d %v %s %s", args, code, err, out, stderr)
+		}
+		ids := []int64{}
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--index", alias}, "[1 2]"},
+		{[]string{"--error", "http 4??"}, "[2 3]"},
+		{[]string{"--index", alias, "--error", "MAPPER"}, "[1]"},
+		{[]string{"--consumer", "webhook", "--error", "HTTP 4"}, "[2 3]"},
+	} {
+		if got := fmt.Sprint(list(tc.args...)); got != tc.want {
+			t.Errorf("list %v: %s, want %s", tc.args, got, tc.want)
+		}
+	}
+	if _, stderr, code := cli("outbox", "list", "--index", "nope"); code == 0 || !strings.Contains(stderr, `unknown index "nope"`) || !strings.Contains(stderr, alias) {
+		t.Errorf("list --index nope: %d %s", code, stderr)
+	}
+	if _, stderr, code := cli("outbox", "list", "--index", alias, "--consumer", "webhook"); code == 0 || !strings.Contains(stderr, "consumer webhook does not write it (search does)") {
+		t.Errorf("list --index with another consumer: %d %s", code, stderr)
+	}
+	// --error narrows: a retry needs no --all.
+	if out, stderr, code := cli("outbox", "retry", "--index", alias, "--error", "mapper_parsing", "--by", "op"); code != 0 ||
+		!strings.Contains(out, "1 event retried for search") {
+		t.Fatalf("retry --index --error: %d %s %s", code, out, stderr)
+	}
+	if out, stderr, code := cli("outbox", "skip", "--index", alias, "--error", "HTTP 422", "--by", "op"); code != 0 || !strings.Contains(out, "1 event skipped") {
+		t.Fatalf("skip --index --error: %d %s %s", code, out, stderr)
+	}
+	for id, want := range map[int64]string{1: "pending", 2: "skipped", 3: "failed"} {
+		if got := eventStatus(t, db, id); got != want {
+			t.Errorf("event %d: %s, want %s", id, got, want)
+		}
 	}
 }

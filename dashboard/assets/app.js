@@ -76,6 +76,7 @@ async function refresh() {
   rows("held", h, (r) => [r.consumer, r.cause, r.aggregates, r.events, r.failed, age(r.since), r.head, r.why], true, (r) => r.cause);
   actionsEnabled(st.actions);
   consumerOptions(s.consumers);
+  indexOptions(s.consumers);
   rows("partitions", st.partitions, (p) => [p.owner, (p.partitions || []).length + " (" + (p.partitions || []).join(",") + ")", new Date(p.heartbeat).toLocaleTimeString()]);
 }
 
@@ -196,10 +197,32 @@ function consumerOptions(consumers) {
   sel.value = cur;
 }
 
+// indexOptions lists the search consumers' indexes in the index filter.
+function indexOptions(consumers) {
+  const sel = $("f-index"), names = [...new Set((consumers || []).flatMap((c) => c.indexes || []))];
+  const have = [...sel.options].map((o) => o.value).slice(1);
+  if (have.join() === names.join()) return;
+  const cur = sel.value;
+  sel.innerHTML = '<option value="">any</option>' + names.map((n) => `<option>${esc(n)}</option>`).join("");
+  sel.value = cur;
+}
+
+// errorClasses fills the error dropdown from /api/error-classes: picking a
+// class puts its pattern into the free-text error filter.
+async function errorClasses() {
+  let cls;
+  try { cls = await getJSON("api/error-classes"); } catch (e) { return; }
+  $("f-errclass").innerHTML = '<option value="">any</option>' +
+    cls.map((c) => `<option value="${esc(c.pattern)}" title="${esc(c.label)}">${esc(c.name)}</option>`).join("");
+}
+
+// filterQuery is the filter as /api/events and /api/blocked take it.
 function filterQuery() {
   const q = new URLSearchParams();
   if ($("f-consumer").value) q.set("consumer", $("f-consumer").value);
   if ($("f-type").value.trim()) q.set("event_type", $("f-type").value.trim());
+  if ($("f-index").value) q.set("index", $("f-index").value);
+  if ($("f-error").value.trim()) q.set("error", $("f-error").value.trim());
   return q;
 }
 
@@ -335,8 +358,11 @@ async function actMany(action, sel, what) {
 // explicitly ("all") after the confirmation showed the count.
 function bulkSelection() {
   const type = $("f-type").value.trim(), consumer = $("f-consumer").value;
-  const what = "failed" + (consumer ? " for " + consumer : "") + (type ? " of type " + type : " (every event type)");
-  return {sel: {filter: {status: "failed", consumer, event_type: type}, all: !type}, what: "the filter: " + what};
+  const index = $("f-index").value, error = $("f-error").value.trim();
+  const what = "failed" + (consumer ? " for " + consumer : "") + (type ? " of type " + type : "") +
+    (index ? " written to index " + index : "") + (error ? " with an error like " + JSON.stringify(error) : "") +
+    (type || index || error ? "" : " (every event type)");
+  return {sel: {filter: {status: "failed", consumer, event_type: type, index, error}, all: !(type || index || error)}, what: "the filter: " + what};
 }
 
 document.addEventListener("click", (e) => {
@@ -350,6 +376,7 @@ $("confirm-yes").addEventListener("click", () => { $("confirmbox").hidden = true
 $("confirm-no").addEventListener("click", () => { $("confirmbox").hidden = true; ev.confirm = null; msg("cancelled; nothing changed", true); });
 $("f-status").addEventListener("change", bulkButtons);
 $("f-consumer").addEventListener("change", bulkButtons);
+$("f-errclass").addEventListener("change", () => { $("f-error").value = $("f-errclass").value; });
 $("f-apply").addEventListener("click", () => { ev.after = 0; ev.blockedOffset = 0; loadEvents(); });
 $("f-next").addEventListener("click", () => { ev.after = ev.next; loadEvents(); });
 $("f-first").addEventListener("click", () => { ev.after = 0; loadEvents(); });
@@ -383,5 +410,6 @@ for (const b of document.querySelectorAll("#ranges button")) {
   });
 }
 
+errorClasses();
 tick().then(loadEvents);
 setInterval(tick, 2000);
