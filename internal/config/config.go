@@ -317,6 +317,10 @@ func (n Nats) authMethods() []string {
 type Search struct {
 	// Indexes names the index definitions this consumer writes (aliases).
 	Indexes []string `yaml:"indexes"`
+	// StateCache is how many documents' last written state the consumer
+	// keeps, so that a partial event continuing a document's version needs
+	// no _mget. 0: the default (10,000); -1: no cache.
+	StateCache int `yaml:"state_cache"`
 }
 
 // Route sends matching events to consumers. Patterns use path.Match syntax

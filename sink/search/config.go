@@ -104,7 +104,8 @@ func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o O
 	}
 	o.Writer.Logger = logger
 	c, err := New(Config{Name: cc.Name, Engine: o.Engine, Writer: indexer.NewWriter(o.Engine, o.Writer),
-		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, DualWrites: o.DualWrites, Searchable: o.Searchable, Logger: logger})
+		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, StateCache: cc.Search.StateCache,
+		DualWrites: o.DualWrites, Searchable: o.Searchable, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

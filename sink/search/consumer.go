@@ -73,6 +73,11 @@ type Config struct {
 	// Searchable, when set, is told the commit times of the events of
 	// every completed write (commit → searchable, see Searchable).
 	Searchable *Searchable
+	// StateCache is how many documents' last written state the consumer
+	// keeps, so that the next partial event of a document continuing its
+	// version needs no _mget (see stateCache for why that is exact).
+	// 0: the default, 10,000; negative: no cache.
+	StateCache int
 	// DisableCoalescing writes every event's state on its own (one bulk
 	// round per event of a document) instead of one write per document and
 	// batch. For measuring the effect of coalescing; default false.
@@ -88,6 +93,7 @@ type ConsumerStats struct {
 	Writes      int64 // document writes sent (not counting dual writes)
 	Coalesced   int64 // events folded into another event's write
 	MGets       int64 // _mget requests
+	StateHits   int64 // documents whose current state came from the state cache, not an _mget
 }
 
 // Consumer is the search consumer: it implements sink.Consumer by upcasting
@@ -125,8 +131,12 @@ type Consumer struct {
 	// start-up, per-tenant creation, probes), for the reason of a missing
 	// index.
 	physical map[string]string
+	// states are the documents written last (Config.StateCache);
+	// reindexing the aliases with a reindex running (see cacheable).
+	states     *stateCache
+	reindexing map[string]bool
 
-	stats struct{ events, unprojected, writes, coalesced, mgets atomic.Int64 }
+	stats struct{ events, unprojected, writes, coalesced, mgets, stateHits atomic.Int64 }
 }
 
 var (
@@ -142,9 +152,12 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.Projections.Check(); err != nil {
 		return nil, fmt.Errorf("search consumer: %w", err)
 	}
-	c := &Consumer{cfg: cfg, writer: cfg.Writer, logger: cfg.Logger, ensured: map[string]*mapping.Status{}, physical: map[string]string{}}
+	c := &Consumer{cfg: cfg, writer: cfg.Writer, logger: cfg.Logger, ensured: map[string]*mapping.Status{}, physical: map[string]string{},
+		reindexing: map[string]bool{}}
 	c.cfg.Name = cmp.Or(cfg.Name, "search")
 	c.cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 30*time.Second)
+	c.cfg.StateCache = cmp.Or(cfg.StateCache, DefaultStateCache)
+	c.states = newStateCache(c.cfg.StateCache)
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
@@ -180,6 +193,10 @@ func New(cfg Config) (*Consumer, error) {
 	return c, nil
 }
 
+// DefaultStateCache is Config.StateCache's default: documents whose last
+// written state the consumer keeps.
+const DefaultStateCache = 10000
+
 // Name implements sink.Consumer.
 func (c *Consumer) Name() string { return c.cfg.Name }
 
@@ -190,7 +207,7 @@ func (c *Consumer) Writer() *indexer.Writer { return c.writer }
 func (c *Consumer) Stats() ConsumerStats {
 	s := &c.stats
 	return ConsumerStats{Events: s.events.Load(), Unprojected: s.unprojected.Load(), Writes: s.writes.Load(),
-		Coalesced: s.coalesced.Load(), MGets: s.mgets.Load()}
+		Coalesced: s.coalesced.Load(), MGets: s.mgets.Load(), StateHits: s.stateHits.Load()}
 }
 
 // EnsureIndexes creates the missing indexes and aliases of the consumer's
@@ -537,6 +554,13 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 			}
 		}
 		if t.needState {
+			if c.cacheable(ctx, t.alias) {
+				if doc, v, ok := c.states.get(t.alias, t.id, t.steps); ok {
+					t.current, t.curVersion = doc, v
+					c.stats.stateHits.Add(1)
+					continue
+				}
+			}
 			if byAlias[t.alias] == nil {
 				aliases = append(aliases, t.alias)
 			}
@@ -580,6 +604,37 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 	}
 }
 
+// cacheable reports whether the state cache may serve documents of alias:
+// not while a reindex of it runs. Its new index may hold documents another
+// projection built (the reindex's), which the alias serves after the swap;
+// so the alias's cached states are dropped when the reindex is first seen
+// (before it seeds: it waits for every relay to see it), none are cached
+// while it runs, and after it the documents are read from the new index
+// once, as if never cached.
+func (c *Consumer) cacheable(ctx context.Context, alias string) bool {
+	if c.states == nil {
+		return false
+	}
+	if c.cfg.DualWrites == nil {
+		return true
+	}
+	targets, err := c.cfg.DualWrites.For(ctx, alias)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(targets) == 0 {
+		delete(c.reindexing, alias)
+		return true
+	}
+	if !c.reindexing[alias] {
+		c.reindexing[alias] = true
+		c.states.dropAlias(alias)
+	}
+	return false
+}
+
 // failTarget gives the first event of the document the outcome; the later
 // ones stay NotAttempted.
 func (c *Consumer) failTarget(t *target, out []sink.Outcome, o sink.Outcome) {
@@ -588,9 +643,10 @@ func (c *Consumer) failTarget(t *target, out []sink.Outcome, o sink.Outcome) {
 }
 
 // fold applies the steps of a document in order onto its current state and
-// returns the op that writes the final state (nil when nothing changes) and
-// the steps that contributed to it.
-func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*indexer.BulkOp, []int) {
+// returns the op that writes the final state (nil when nothing changes),
+// the steps that contributed to it and the final state (nil for a hard
+// delete).
+func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*indexer.BulkOp, []int, map[string]any) {
 	var contributed []int
 	var last *projections.Result
 	deleted := false
@@ -638,7 +694,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 		contributed = append(contributed, i)
 	}
 	if last == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: last.Version, RequireAlias: true}
 	if deleted {
@@ -652,23 +708,25 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 		}
 		op.Doc, op.Compact = doc, true
 	}
-	return op, contributed
+	return op, contributed, state
 }
 
 // pending is one document write of a round.
 type pending struct {
 	t           *target
 	op          *indexer.BulkOp
-	contributed []int // step indexes folded into op
+	contributed []int          // step indexes folded into op
+	state       map[string]any // the document op writes (nil: a hard delete)
 	extra       []string
 }
 
 func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcome) {
 	ops := make([]*indexer.BulkOp, len(order))
 	contrib := make([][]int, len(order))
+	states := make([]map[string]any, len(order))
 	parallel(len(order), func(i int) {
 		if t := order[i]; !t.failed {
-			ops[i], contrib[i] = fold(t, t.steps, projections.Clone(t.current), t.curVersion)
+			ops[i], contrib[i], states[i] = fold(t, t.steps, projections.Clone(t.current), t.curVersion)
 		}
 	})
 	var writes []*pending
@@ -688,7 +746,7 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 			}
 			continue
 		}
-		writes = append(writes, &pending{t: t, op: op, contributed: contributed})
+		writes = append(writes, &pending{t: t, op: op, contributed: contributed, state: states[i]})
 	}
 	if c.cfg.DisableCoalescing {
 		c.redoOneByOne(ctx, writes, out)
@@ -804,6 +862,15 @@ func worse(a, b sink.Outcome) sink.Outcome {
 // settle gives every event of a document the outcome of its write.
 func (c *Consumer) settle(p *pending, o sink.Outcome, out []sink.Outcome) {
 	t := p.t
+	if o.Kind == sink.OK && len(p.extra) == 0 {
+		c.states.put(t.alias, t.id, p.op.Version, p.state)
+	} else {
+		// (While a reindex of the alias runs, nothing is cached: see
+		// cacheable.)
+		// Failed, or stale (the engine holds that version or a newer
+		// one): what it holds is not known here.
+		c.states.drop(t.alias, t.id)
+	}
 	if !o.Kind.Delivered() {
 		c.failTarget(t, out, o)
 		return
@@ -839,12 +906,13 @@ func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []sink
 	chains := make([]*chain, 0, len(redo))
 	for _, p := range redo {
 		t := p.t
+		c.states.drop(t.alias, t.id) // written event by event below
 		ch := &chain{t: t}
 		state := projections.Clone(t.current)
 		maxV := t.curVersion
 		from := 0
 		for _, ci := range p.contributed {
-			op, _ := fold(t, t.steps[ci:ci+1], projections.Clone(state), maxV)
+			op, _, _ := fold(t, t.steps[ci:ci+1], projections.Clone(state), maxV)
 			state = applyState(t, t.steps[ci].res, state)
 			maxV = t.steps[ci].res.Version
 			rd := round{op: op, step: ci}
