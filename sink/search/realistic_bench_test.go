@@ -102,7 +102,11 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		b.ResetTimer()
 
 		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler)}
-		if f := os.Getenv("SEARCHSYNC_BENCH_CPUPROFILE"); f != "" {
+		profile := func() {
+			f := os.Getenv("SEARCHSYNC_BENCH_CPUPROFILE")
+			if f == "" {
+				return
+			}
 			// The end-to-end window only (not the producer or the raw side).
 			out, err := os.Create(f)
 			if err != nil {
@@ -152,7 +156,16 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		var conss []*search.Consumer
 		var stops []func()
 		for range relays {
-			cons := bd.consumer(nil)
+			cons := bd.consumer(func(c *search.Config) {
+				if v := os.Getenv("SEARCHSYNC_BENCH_STATE_CACHE"); v != "" {
+					// search.state_cache other than the default (-1: none)
+					n, err := strconv.Atoi(v)
+					if err != nil {
+						b.Fatalf("SEARCHSYNC_BENCH_STATE_CACHE=%q: %v", v, err)
+					}
+					c.StateCache = n
+				}
+			})
 			cfg.Routes = []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
 				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
 			}}}
@@ -171,11 +184,23 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 			}
 			return true
 		}, "every relay holds its share of the partitions")
-		bd.produce(evs...)
+		// The clock and the CPU counters start at the COMMIT: the relays
+		// see nothing before it, and the producer's own work is done.
+		tx, err := bd.db.Pool.Begin(bd.ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := bd.w.Write(bd.ctx, tx, evs...); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC() // the producer's garbage
+		profile()
 		c0 := testenv.ReadCPU()
 		start := time.Now()
-		runtime.GC() // the producer's garbage (the relays run meanwhile)
 		heap := startHeapPeak()
+		if err := tx.Commit(bd.ctx); err != nil {
+			b.Fatal(err)
+		}
 		bd.waitPending(10 * time.Minute)
 		e2e := time.Since(start)
 		cpu := testenv.ReadCPU().Sub(c0)
