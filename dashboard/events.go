@@ -89,16 +89,23 @@ func queryInt(q url.Values, key string, def int) (int, error) {
 	return n, nil
 }
 
+// queryLimit reads the page size parameter limit: 1 to maxPage, defaultPage
+// when absent.
+func queryLimit(q url.Values) (int, error) {
+	limit, err := queryInt(q, "limit", defaultPage)
+	if err == nil && (limit < 1 || limit > maxPage) {
+		err = fmt.Errorf("limit %d: want 1 to %d", limit, maxPage)
+	}
+	return limit, err
+}
+
 func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
 	if src.Events == nil {
 		writeError(w, http.StatusServiceUnavailable, "event pages are not served by this process")
 		return
 	}
 	q := r.URL.Query()
-	limit, err := queryInt(q, "limit", defaultPage)
-	if err == nil && (limit < 1 || limit > maxPage) {
-		err = fmt.Errorf("limit %d: want 1 to %d", limit, maxPage)
-	}
+	limit, err := queryLimit(q)
 	after := 0
 	if err == nil {
 		after, err = queryInt(q, "after_id", 0)
@@ -198,10 +205,7 @@ func globEscape(s string) string {
 
 func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, err := queryInt(q, "limit", defaultPage)
-	if err == nil && (limit < 1 || limit > maxPage) {
-		err = fmt.Errorf("limit %d: want 1 to %d", limit, maxPage)
-	}
+	limit, err := queryLimit(q)
 	offset := 0
 	if err == nil {
 		offset, err = queryInt(q, "offset", 0)

@@ -26,7 +26,6 @@ import (
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/internal/config"
-	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
@@ -117,19 +116,7 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 	config := func(addr string) string {
 		return hookAndSearchConfig(t, db, addr, hook.URL, alias, "sample_interval: 200ms, history_interval: 300ms")
 	}
-	lctx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	done := make(chan error, 1)
-	go func() {
-		_, err := loadgen.Steady(lctx, db.Pool, outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema}), loadgen.New(1), 100, 10, 2*time.Second, 20)
-		done <- err
-	}()
-	t.Cleanup(func() {
-		stopLoad()
-		if err := <-done; err != nil {
-			t.Errorf("load: %v", err)
-		}
-	})
+	defer steadyLoad(t, db, 100)()
 	count := func(sql string) int {
 		t.Helper()
 		var n int

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -99,19 +100,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	startRelay(t, cfg, addr)
 
 	// A steady load through the producer API for the whole test.
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan error, 1)
-	go func() {
-		_, err := loadgen.Steady(ctx, db.Pool, outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema}), loadgen.New(1), 200, 10, 2*time.Second, 20)
-		done <- err
-	}()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("load: %v", err)
-		}
-	})
+	defer steadyLoad(t, db, 200)()
 
 	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU,
@@ -432,6 +421,29 @@ func (s stuck) seed(t *testing.T, db *testenv.DB) {
 	}
 	exec(`INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
 		VALUES ($1, 'paused', now() - $2::interval, $3, $4)`, s.paused, s.pausedFor, s.pauseReason, s.probes)
+}
+
+// steadyLoad writes realistic customer mutations (loadgen.Steady: creates,
+// partial updates, deletes, a burst every 2 s) at about rate events/s into
+// db until the returned stop is called; the test fails if the load fails.
+func steadyLoad(t *testing.T, db *testenv.DB, rate int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := loadgen.Steady(ctx, db.Pool, outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema}), loadgen.New(1), rate, 10, 2*time.Second, 20)
+		done <- err
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("load: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // hookAndSearchConfig writes the configuration of a relay on db's schema

@@ -10,6 +10,11 @@
 // until it can write again. A missing index names the commands that bring
 // it back. docs/outages.md has the whole table.
 //
+// The current state a partial event merges onto comes from one _mget per
+// index and batch, or from the state cache of the documents the consumer
+// wrote last when the batch's events continue their version (stateCache,
+// Config.StateCache).
+//
 // Searchable measures commit → searchable of the consumer's writes: when a
 // refresh made them visible, from the indexes' refresh counts.
 package search
@@ -98,10 +103,10 @@ type ConsumerStats struct {
 
 // Consumer is the search consumer: it implements sink.Consumer by upcasting
 // and projecting each event, fetching the current state of documents that
-// partial payloads update (one _mget per index per batch), coalescing the
-// events of one document into one write (the final state, with the last
-// event's version), and sending the writes with external versions through a
-// indexer.Writer.
+// partial payloads update (the state cache, else one _mget per index per
+// batch), coalescing the events of one document into one write (the final
+// state, with the last event's version), and sending the writes with
+// external versions through an indexer.Writer.
 //
 // Outcomes: the events folded into a write share its outcome (OK, or Stale
 // when the engine already holds that version or a newer one). When the write
@@ -531,6 +536,7 @@ func (c *Consumer) resolve(res *projections.Result) error {
 func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outcome) {
 	byAlias := map[string][]*target{}
 	var aliases []string
+	cacheable := map[string]bool{} // by alias, asked once per batch
 	for _, t := range order {
 		first := t.steps[0].res
 		// The current state is needed when any event merges onto it (a
@@ -554,8 +560,13 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 			}
 		}
 		if t.needState {
-			if c.cacheable(ctx, t.alias) {
-				if doc, v, ok := c.states.get(t.alias, t.id, t.steps); ok {
+			cached, asked := cacheable[t.alias]
+			if !asked {
+				cached = c.cacheable(ctx, t.alias)
+				cacheable[t.alias] = cached
+			}
+			if cached {
+				if doc, v, hit := c.states.get(t.alias, t.id, t.steps); hit {
 					t.current, t.curVersion = doc, v
 					c.stats.stateHits.Add(1)
 					continue
