@@ -59,7 +59,7 @@
 // and the consumers' work overlap. A claim made while batches are unacked
 // leaves out every aggregate of those batches (by aggregate id; their events
 // stay pending until the ack commits, and their next events must wait for its
-// outcomes) and looks at the first 4 × batch_size pending events only, so
+// outcomes) and looks at the first 4 × its batch size pending events only, so
 // that a backlog held by a few hot aggregates is not read whole to find
 // nothing; for every other aggregate no unacked outcome can change what is
 // deliverable, so such a claim is as correct as one made after the acks. Per
