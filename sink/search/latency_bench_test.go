@@ -103,8 +103,10 @@ func BenchmarkLatencyAtHalfRate(b *testing.B) {
 			return float64(len(evs)) / time.Since(started).Seconds()
 		}
 		steadily(warm, false)
+		before := r.Stats()
 		produced := steadily(steady, true)
 		bd.waitPending(5 * time.Minute)
+		after := r.Stats()
 		searchable := poller.wait(time.Minute)
 		b.StopTimer()
 
@@ -143,6 +145,12 @@ func BenchmarkLatencyAtHalfRate(b *testing.B) {
 		b.Logf("maximum %.0f events/s; steady phase %d events at %.0f/s (asked %.0f); commit → acknowledged p50 %.1f ms, p99 %.1f ms, max %.1f ms; commit → searchable (%d samples, %d dropped: deleted before found) p50 %.0f ms, p99 %.0f ms, max %.0f ms",
 			maxRate, len(steady), produced, rate, ms(acked, 0.5), ms(acked, 0.99), ms(acked, 1),
 			len(searchable), poller.dropped, ms(searchable, 0.5), ms(searchable, 0.99), ms(searchable, 1))
+		if n := after.Batches - before.Batches; n > 0 {
+			per := func(a, b time.Duration) float64 { return float64(a-b) / float64(n) / float64(time.Millisecond) }
+			b.Logf("steady phase: %d batches, %.0f events each; per batch claim %.1f ms, deliver %.1f ms, ack %.1f ms",
+				n, float64(after.Claimed-before.Claimed)/float64(n), per(after.ClaimTime, before.ClaimTime),
+				per(after.DeliverTime, before.DeliverTime), per(after.AckTime, before.AckTime))
+		}
 	}
 }
 
