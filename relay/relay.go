@@ -28,6 +28,7 @@ type Relay struct {
 	stats  counters
 
 	wake    chan struct{}
+	moved   chan struct{} // see Relay.signal
 	running atomic.Bool
 	// next is the claim running beside the deliveries; window holds the
 	// batches claimed and not acked yet, oldest first. Worker goroutine only.
@@ -36,6 +37,14 @@ type Relay struct {
 	// skipBehind counts batches delivered without a claim beside them,
 	// after such a claim found little to do.
 	skipBehind int
+	// backlog says the last claim came back full: the relay pipelines
+	// through the backlog. Without one it claims beside the batches in
+	// flight as soon as events come and a delivery slot is free. Worker
+	// goroutine only.
+	backlog bool
+	// reclaim says an ack returned after the last claim started: the next
+	// events of its aggregates may be claimable. Worker goroutine only.
+	reclaim bool
 	// level is the batch size the next claim takes (an index of q.claims):
 	// it grows while claims come back full (see Config.MaxBatchSize).
 	level int
@@ -55,7 +64,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize, cfg.MaxBatchSize), wake: make(chan struct{}, 1)}
+	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize, cfg.MaxBatchSize), wake: make(chan struct{}, 1), moved: make(chan struct{}, 1)}
 	r.leases = newLeases(pool, &r.q, &r.cfg)
 	r.cons = newConsumers(r)
 	return r, nil
@@ -213,25 +222,112 @@ func (r *Relay) work(ctx context.Context) {
 		if full {
 			continue
 		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
+		if err := r.idle(ctx, poll); err != nil && ctx.Err() == nil {
+			// An ack failed: its events are delivered again. The next
+			// claim finds out whether the database is there.
+			r.cfg.Logger.Warn("relay: ack failed (its events are delivered again)", "error", err)
 		}
-		// Wake when the earliest retry this relay scheduled is due (a little
-		// after, for the database's clock), if that comes before the poll.
-		wait := r.cfg.PollInterval
-		if len(r.dues) > 0 {
-			wait = max(min(wait, time.Until(slices.MinFunc(r.dues, time.Time.Compare))+50*time.Millisecond), 0)
+	}
+}
+
+// idle waits until there may be something to claim: a NOTIFY, the poll, a
+// change of leases, a retry this relay scheduled falling due, or the ack of
+// a batch in flight (the next events of its aggregates may be claimable
+// now). Meanwhile it acks the batches in flight as their deliveries end.
+func (r *Relay) idle(ctx context.Context, poll *time.Timer) error {
+	if r.reclaim {
+		return nil
+	}
+	if !poll.Stop() {
+		select {
+		case <-poll.C:
+		default:
 		}
-		poll.Reset(wait)
+	}
+	// Wake when the earliest retry this relay scheduled is due (a little
+	// after, for the database's clock), if that comes before the poll. With
+	// batches in flight the claim after their acks takes the retries that
+	// are due; only a claim that leaves nothing out clears r.dues, so they
+	// would wake the relay again and again meanwhile.
+	wait := r.cfg.PollInterval
+	if len(r.dues) > 0 && len(r.window) == 0 {
+		wait = max(min(wait, time.Until(slices.MinFunc(r.dues, time.Time.Compare))+50*time.Millisecond), 0)
+	}
+	poll.Reset(wait)
+	for {
 		select {
 		case <-ctx.Done():
+			return nil
 		case <-r.wake:
+			return nil
 		case <-r.leases.changed:
+			return nil
 		case <-poll.C:
+			return nil
+		case <-r.moved:
+			if acked, err := r.step(ctx); acked || err != nil {
+				return err
+			}
 		}
+	}
+}
+
+// step records the acks that returned and, when no ack runs, starts the
+// ack of a delivered batch (the oldest), without waiting for anything.
+// acked reports that an ack returned; err is the first failed ack's error
+// (its events are delivered again).
+//
+// Acks run one at a time, in the order deliveries end rather than claim
+// order: batches in flight never share an aggregate, and a claim beside
+// them leaves out the aggregates of every batch not acked yet, so no ack
+// changes what another batch may hold.
+func (r *Relay) step(ctx context.Context) (acked bool, err error) {
+	running := false
+	kept := r.window[:0]
+	for _, f := range r.window {
+		if f.acked != nil && closed(f.acked) {
+			r.batchDone(f.bs, f.acks, f.end)
+			if f.ackErr != nil && err == nil {
+				err = f.ackErr
+			}
+			acked = true
+			continue
+		}
+		running = running || f.acked != nil
+		kept = append(kept, f)
+	}
+	clear(r.window[len(kept):])
+	r.window = kept
+	if !running {
+		for _, f := range r.window {
+			if closed(f.delivered) {
+				r.startAck(ctx, f)
+				break
+			}
+		}
+	}
+	if acked {
+		r.reclaim = true
+		r.syncInflight()
+	}
+	return acked, err
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal tells the worker that a batch in flight moved on (its delivery or
+// its ack ended).
+func (r *Relay) signal() {
+	select {
+	case r.moved <- struct{}{}:
+	default:
 	}
 }
 
@@ -265,8 +361,9 @@ type flight struct {
 	bs        BatchStats
 	acks      []ackRow
 	delivered chan struct{} // closed when the consumers answered (acks and bs.Deliver set)
-	ack       chan error    // the ack's result; nil until the ack started
-	end       time.Time     // when the ack returned
+	acked     chan struct{} // closed when the ack returned (ackErr, end set); nil until it started
+	ackErr    error
+	end       time.Time // when the ack returned
 }
 
 // batch starts delivering one batch and acks what is delivered. full
@@ -276,7 +373,11 @@ type flight struct {
 // While claims come back full, the relay pipelines: up to Config.InFlight
 // batches are delivered at once, the next batch is claimed beside them, and
 // finished batches are acked in claim order, one ack at a time, beside the
-// deliveries. A claim made while batches are unacked leaves out every
+// deliveries. Without a backlog the relay claims as soon as events come
+// (a NOTIFY) and fewer than Config.InFlight batches are being delivered,
+// beside the batches in flight, so that an event waits for no other batch
+// than one holding its aggregate; after each ack it claims again, for the
+// next events of that batch's aggregates. A claim made while batches are unacked leaves out every
 // aggregate of those batches (their events stay pending until the ack
 // commits, and their next events must wait for its outcomes); for every
 // other aggregate nothing an unacked batch does can change what is
@@ -292,6 +393,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		size int // of the claim that got evs
 	)
 	pipelined := false
+	beside := false // claimed beside batches in flight, without a backlog
 	if p := r.next; p != nil {
 		r.next = nil
 		<-p.done
@@ -312,8 +414,19 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 	}
 	if !pipelined {
-		// A claim without exclusions must see every outcome written so far.
-		if err := r.settle(ctx, -1); err != nil {
+		// Without a backlog, claim beside the batches in flight once a
+		// delivery slot is free. Otherwise (and when nothing is in flight)
+		// claim after the acks: a claim without exclusions must see every
+		// outcome written so far.
+		var x *exclusion
+		if !r.backlog && len(r.window) > 0 {
+			if err := r.settle(ctx, r.cfg.InFlight-1); err != nil {
+				return false, err
+			}
+			if len(r.window) > 0 {
+				x, beside = r.unacked(), true
+			}
+		} else if err := r.settle(ctx, -1); err != nil {
 			return false, err
 		}
 		c = r.leases.begin()
@@ -323,15 +436,19 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		t0 := time.Now()
 		size = r.q.claims[r.level].size
-		evs, held, err = r.claim(ctx, c, nil, r.level)
+		r.reclaim = false
+		evs, held, err = r.claim(ctx, c, x, r.level)
 		bs.Claim = time.Since(t0)
 		if err != nil {
 			r.syncInflight()
 			return false, fmt.Errorf("relay: claim: %w", err)
 		}
-		r.claimedAt(t0)
+		if !beside {
+			r.claimedAt(t0)
+		}
+		bs.Pipelined = beside
 	}
-	r.adapt(len(evs), size, pipelined)
+	r.adapt(len(evs), size, pipelined || beside)
 	if len(evs) == 0 {
 		r.syncInflight()
 		return false, nil
@@ -339,8 +456,11 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	bs.Partitions = len(c.parts)
 	bs.Claimed = len(evs)
 	// A claim that left batches out may come back short because of them;
-	// only a full claim can tell that the outbox is drained.
+	// only a full claim can tell that the outbox is drained. A short claim
+	// beside batches in flight, without a backlog, waits for the next
+	// NOTIFY or ack (the idle loop) instead.
 	full = pipelined || len(evs) >= size
+	r.backlog = full
 
 	r.startDelivery(ctx, c, evs, held, bs)
 	if full && ctx.Err() == nil {
@@ -350,12 +470,16 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			r.next = r.startClaim(ctx, next, r.unacked())
 		}
 	}
-	// Nothing claimed ahead (not full, stopping, or claiming after the
-	// acks for a while): finish everything. Otherwise leave room for the
-	// next batch's delivery.
+	// Claimed ahead: leave room for the next batch's delivery. No backlog:
+	// the idle loop acks the batches as they are delivered and claims
+	// beside them. Otherwise (stopping, or claiming after the acks for a
+	// while) finish everything.
 	limit := -1
-	if r.next != nil {
+	switch {
+	case r.next != nil:
 		limit = r.cfg.InFlight - 1
+	case !full && ctx.Err() == nil:
+		limit = r.cfg.InFlight
 	}
 	if err := r.settle(ctx, limit); err != nil {
 		return false, err
@@ -398,6 +522,7 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 	dctx, cancelFenced := context.WithCancelCause(sink.WithLease(gctx, lease))
 	go r.fenceDelivery(dctx, cancelFenced, lease)
 	go func() {
+		defer r.signal()
 		defer cancel()
 		defer cancelFenced(nil)
 		defer close(f.delivered)
@@ -411,43 +536,34 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 	}()
 }
 
-// settle acks delivered batches in claim order, one ack at a time, until at
-// most n batches are being delivered; with n < 0 it also waits for every
-// ack. It returns the first ack error (those events are delivered again).
+// settle acks delivered batches, one ack at a time, until at most n batches
+// are not acked yet (being delivered, or delivered and waiting for their
+// ack); with n < 0 it waits for every ack. It returns the first ack error
+// (those events are delivered again).
 func (r *Relay) settle(ctx context.Context, n int) error {
 	var first error
 	for {
-		var oldest *flight
-		delivering := 0
+		if _, err := r.step(ctx); err != nil && first == nil {
+			first = err
+		}
+		waiting := 0
 		for _, f := range r.window {
-			if f.ack == nil {
-				if oldest == nil {
-					oldest = f
-				}
-				delivering++
+			if f.acked == nil {
+				waiting++
 			}
 		}
-		if oldest == nil || (n >= 0 && delivering <= n) {
-			break
+		if len(r.window) == 0 || (n >= 0 && waiting <= n) {
+			return first
 		}
-		<-oldest.delivered
-		if err := r.finishAcks(); err != nil && first == nil {
-			first = err
-		}
-		r.startAck(ctx, oldest)
+		<-r.moved
 	}
-	if n < 0 {
-		if err := r.finishAcks(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // startClaim claims the next batch in the background, leaving out x.
 func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *prefetch {
 	level := r.level
 	p := &prefetch{c: c, size: r.q.claims[level].size, start: time.Now(), done: make(chan struct{})}
+	r.reclaim = false
 	go func() {
 		defer close(p.done)
 		p.evs, p.held, p.err = r.claim(ctx, c, x, level)
@@ -458,32 +574,15 @@ func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *pref
 
 // startAck writes the outcomes of a delivered batch in the background.
 func (r *Relay) startAck(ctx context.Context, f *flight) {
-	f.ack = make(chan error, 1)
+	f.acked = make(chan struct{})
 	go func() {
+		defer r.signal()
+		defer close(f.acked)
 		t := time.Now()
-		err := r.ack(ctx, f.c, f.acks, &f.bs)
+		f.ackErr = r.ack(ctx, f.c, f.acks, &f.bs)
 		f.end = time.Now()
 		f.bs.Ack = f.end.Sub(t)
-		f.ack <- err
 	}()
-}
-
-// finishAcks waits for the acks that were started (the oldest batches of
-// the window) and records their batches.
-func (r *Relay) finishAcks() error {
-	var first error
-	for len(r.window) > 0 && r.window[0].ack != nil {
-		f := r.window[0]
-		err := <-f.ack
-		r.window[0] = nil
-		r.window = r.window[1:]
-		r.batchDone(f.bs, f.acks, f.end)
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	r.syncInflight()
-	return first
 }
 
 // unacked is what a claim must leave out: the batches of the window.
