@@ -39,6 +39,9 @@ import (
 //     of the first search whose hit has the event's version or a newer one.
 //
 //     go test ./sink/search -run '^$' -bench LatencyAtHalfRate -benchtime 1x
+//
+// SEARCHSYNC_BENCH_IN_FLIGHT, _BATCH and _MAX_BATCH set relay.in_flight,
+// batch_size and max_batch_size, as for BenchmarkEndToEndRealistic.
 func BenchmarkLatencyAtHalfRate(b *testing.B) {
 	for range b.N {
 		bd := setup(b)
@@ -52,6 +55,7 @@ func BenchmarkLatencyAtHalfRate(b *testing.B) {
 			Routes: []relay.Route{{Consumer: bd.consumer(nil), Match: func(et, at string) bool {
 				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
 			}}}}
+		relayKnobs(b, &cfg)
 		r, err := relay.New(bd.db.Pool, cfg)
 		if err != nil {
 			b.Fatal(err)

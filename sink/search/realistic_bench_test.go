@@ -117,20 +117,7 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 			}
 			b.Cleanup(func() { pprof.StopCPUProfile(); out.Close() })
 		}
-		for env, field := range map[string]*int{
-			// relay settings other than the defaults, to compare
-			"SEARCHSYNC_BENCH_IN_FLIGHT": &cfg.InFlight,
-			"SEARCHSYNC_BENCH_BATCH":     &cfg.BatchSize,
-			"SEARCHSYNC_BENCH_MAX_BATCH": &cfg.MaxBatchSize,
-		} {
-			if v := os.Getenv(env); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					b.Fatalf("%s=%q: %v", env, v, err)
-				}
-				*field = n
-			}
-		}
+		relayKnobs(b, &cfg)
 		relays := 1
 		if v := os.Getenv("SEARCHSYNC_BENCH_RELAYS"); v != "" {
 			// relays sharing the partitions, each with a consumer of its own
@@ -320,4 +307,22 @@ func rawDocs(b *testing.B, bd *bundle, evs []*outbox.Event) (ops []indexer.BulkO
 		}
 	}
 	return ops, live
+}
+
+// relayKnobs sets the relay settings that SEARCHSYNC_BENCH_IN_FLIGHT,
+// _BATCH and _MAX_BATCH name, to compare with the defaults.
+func relayKnobs(b *testing.B, cfg *relay.Config) {
+	for env, field := range map[string]*int{
+		"SEARCHSYNC_BENCH_IN_FLIGHT": &cfg.InFlight,
+		"SEARCHSYNC_BENCH_BATCH":     &cfg.BatchSize,
+		"SEARCHSYNC_BENCH_MAX_BATCH": &cfg.MaxBatchSize,
+	} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				b.Fatalf("%s=%q: %v", env, v, err)
+			}
+			*field = n
+		}
+	}
 }
