@@ -54,16 +54,16 @@
 // # Pipelining
 //
 // While claims come back full, up to Config.InFlight batches are delivered at
-// once, the next batch is claimed beside them, and finished batches are acked
-// one ack at a time, as their deliveries end, beside the deliveries; so the
-// database's and the consumers' work overlap. Without a backlog (the last
-// claim came back short) the relay claims as soon as a NOTIFY says events
-// came and fewer than Config.InFlight batches are being delivered, beside
-// the batches in flight, and claims again after every ack (the next events
-// of that batch's aggregates may be claimable now): an event waits for no
-// batch but one that holds its aggregate. A claim made while batches are unacked
-// leaves out every aggregate of those batches (by aggregate id; their events
-// stay pending until the ack commits, and their next events must wait for its
+// once, the next batch is claimed beside them, and each batch is acked as its
+// delivery ends (acks side by side), beside the deliveries; so the database's
+// and the consumers' work overlap. Without a backlog (the last claim came
+// back short) the relay claims as soon as a NOTIFY says events came and fewer
+// than Config.InFlight batches are being delivered, beside the batches in
+// flight, and claims again after every ack (the next events of that batch's
+// aggregates may be claimable now): an event waits for no batch but one that
+// holds its aggregate. A claim made while batches are unacked leaves out
+// every aggregate of those batches (by aggregate id; their events stay
+// pending until the ack commits, and their next events must wait for its
 // outcomes) and looks at the first 4 × its batch size pending events only, so
 // that a backlog held by a few hot aggregates is not read whole to find
 // nothing; for every other aggregate no unacked outcome can change what is

@@ -272,17 +272,17 @@ func (r *Relay) idle(ctx context.Context, poll *time.Timer) error {
 	}
 }
 
-// step records the acks that returned and, when no ack runs, starts the
-// ack of a delivered batch (the oldest), without waiting for anything.
-// acked reports that an ack returned; err is the first failed ack's error
-// (its events are delivered again).
+// step records the acks that returned and starts the acks of the batches
+// whose deliveries ended, without waiting for anything. acked reports that
+// an ack returned; err is the first failed ack's error (its events are
+// delivered again).
 //
-// Acks run one at a time, in the order deliveries end rather than claim
-// order: batches in flight never share an aggregate, and a claim beside
-// them leaves out the aggregates of every batch not acked yet, so no ack
-// changes what another batch may hold.
+// Acks run as deliveries end, side by side, in no particular order:
+// batches in flight never share an aggregate (so never an outbox or
+// delivery row), each ack only shares its partitions' lease rows (FOR
+// SHARE), and a claim beside them leaves out the aggregates of every batch
+// not acked yet, so no ack changes what another batch may hold.
 func (r *Relay) step(ctx context.Context) (acked bool, err error) {
-	running := false
 	kept := r.window[:0]
 	for _, f := range r.window {
 		if f.acked != nil && closed(f.acked) {
@@ -293,19 +293,13 @@ func (r *Relay) step(ctx context.Context) (acked bool, err error) {
 			acked = true
 			continue
 		}
-		running = running || f.acked != nil
+		if f.acked == nil && closed(f.delivered) {
+			r.startAck(ctx, f)
+		}
 		kept = append(kept, f)
 	}
 	clear(r.window[len(kept):])
 	r.window = kept
-	if !running {
-		for _, f := range r.window {
-			if closed(f.delivered) {
-				r.startAck(ctx, f)
-				break
-			}
-		}
-	}
 	if acked {
 		r.reclaim = true
 		r.syncInflight()
@@ -372,18 +366,18 @@ type flight struct {
 //
 // While claims come back full, the relay pipelines: up to Config.InFlight
 // batches are delivered at once, the next batch is claimed beside them, and
-// finished batches are acked in claim order, one ack at a time, beside the
-// deliveries. Without a backlog the relay claims as soon as events come
-// (a NOTIFY) and fewer than Config.InFlight batches are being delivered,
-// beside the batches in flight, so that an event waits for no other batch
-// than one holding its aggregate; after each ack it claims again, for the
-// next events of that batch's aggregates. A claim made while batches are unacked leaves out every
+// each batch is acked as its delivery ends, beside the deliveries. Without a
+// backlog the relay claims as soon as events come (a NOTIFY) and fewer than
+// Config.InFlight batches are being delivered, beside the batches in flight,
+// so that an event waits for no other batch than one holding its aggregate;
+// after each ack it claims again, for the next events of that batch's
+// aggregates. A claim made while batches are unacked leaves out every
 // aggregate of those batches (their events stay pending until the ack
-// commits, and their next events must wait for its outcomes); for every
-// other aggregate nothing an unacked batch does can change what is
-// deliverable, so such a claim is exactly as correct as one made after the
-// acks. Per aggregate nothing changes: its events are delivered in id order,
-// never in two batches at once.
+// commits, and their next events must wait for its outcomes); for every other
+// aggregate nothing an unacked batch does can change what is deliverable, so
+// such a claim is exactly as correct as one made after the acks. Per
+// aggregate nothing changes: its events are delivered in id order, never in
+// two batches at once.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	var (
 		c    claimable
@@ -536,7 +530,7 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 	}()
 }
 
-// settle acks delivered batches, one ack at a time, until at most n batches
+// settle acks delivered batches until at most n batches
 // are not acked yet (being delivered, or delivered and waiting for their
 // ack); with n < 0 it waits for every ack. It returns the first ack error
 // (those events are delivered again).
