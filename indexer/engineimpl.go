@@ -149,6 +149,11 @@ func (e *engine) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {
 		return nil, nil
 	}
 	var buf bytes.Buffer
+	size := 0
+	for i := range ops {
+		size += opSize(&ops[i])
+	}
+	buf.Grow(size) // one allocation, not a doubling per size
 	if err := encodeBulk(&buf, ops); err != nil {
 		return nil, fmt.Errorf("%s bulk: %w", e.kind, err)
 	}

@@ -52,7 +52,7 @@ func appendOp(buf *bytes.Buffer, op *BulkOp) error {
 	buf.WriteString(`,"_id":`)
 	writeJSONString(buf, op.ID)
 	buf.WriteString(`,"version":`)
-	buf.WriteString(strconv.FormatInt(op.Version, 10))
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), op.Version, 10))
 	buf.WriteString(`,"version_type":"external"`)
 	if op.Routing != "" {
 		buf.WriteString(`,"routing":`)
@@ -76,9 +76,20 @@ func appendOp(buf *bytes.Buffer, op *BulkOp) error {
 	return nil
 }
 
+// writeJSONString writes s as json.Marshal does. Index names and ids are
+// mostly plain ASCII, written as they are (two per op, which json.Marshal
+// would allocate for).
 func writeJSONString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s)
-	buf.Write(b)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			buf.Write(b)
+			return
+		}
+	}
+	buf.WriteByte('"')
+	buf.WriteString(s)
+	buf.WriteByte('"')
 }
 
 // errorBody is the error object of an engine answer or of a bulk item.

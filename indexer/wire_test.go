@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,22 @@ func TestDecodeBulkReadsEveryItem(t *testing.T) {
 	}
 	if _, err := decodeBulk(1, []byte(`{"items":[{"upsert":{"status":200}}]}`)); err == nil || !strings.Contains(err.Error(), "item 0") {
 		t.Errorf("unknown action: %v", err)
+	}
+}
+
+// Index names, ids and routings are quoted as json.Marshal quotes them,
+// whether they are plain ASCII (written as they are) or not.
+func TestAppendOpQuotesLikeJSONMarshal(t *testing.T) {
+	for _, s := range []string{"plain-id_1", "", "with \"quote\"", `back\slash`, "<b>&amp;", "tab\there", "new\nline",
+		"\x7f del", "Zürich", "日本", "bad \xff utf8", "\u2028 sep"} {
+		var buf bytes.Buffer
+		writeJSONString(&buf, s)
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buf.String() != string(want) {
+			t.Errorf("%q: wrote %s, want %s", s, buf.String(), want)
+		}
 	}
 }

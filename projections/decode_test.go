@@ -106,3 +106,61 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// Encode writes what json.Marshal writes for values a Go projection may put
+// into a document too, and for strings that need escaping.
+func TestEncodeValuesLikeEncodingJSON(t *testing.T) {
+	wide := map[string]any{}
+	for i := range 40 {
+		wide[strings.Repeat("k", i%7)+string(rune('a'+i%26))+strings.Repeat("z", i/26)] = i
+	}
+	docs := []map[string]any{
+		{"ctl": "\x00\x01\b\f\n\r\t\x1f\x7f", "html": "<a href=\"x\">&</a>", "bad": "a\xffb\xc3", "sep": "\u2028x\u2029", "bs": `\`},
+		{"int": 3, "float": 1.5, "big": 1e21, "small": 1e-7, "neg": -2.5, "i64": int64(-9007199254740993), "u": uint8(7), "f32": float32(0.1)},
+		{"nilmap": map[string]any(nil), "nilslice": []any(nil), "empty": []any{}, "obj": map[string]any{}, "null": nil, "num": json.Number(""),
+			"strs": []string{"x", "<"}, "typed": map[string]string{"b": "1", "a": "2"}},
+		{"nested": map[string]any{"b": []any{map[string]any{"d": true, "c": false}}, "a": json.Number("-1.5e+3")}},
+		wide,
+		{"Key": 1, "key": 2, "KEY": 3, "ä": 4, "a": 5, "\u00e4x": 6},
+	}
+	for _, m := range docs {
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := projections.Encode(m)
+		if err != nil {
+			t.Errorf("%v: %v", m, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("\n got %s\nwant %s", got, want)
+		}
+		// Appended after what dst holds.
+		got, err = projections.AppendEncode([]byte("x:"), m)
+		if err != nil || string(got) != "x:"+string(want) {
+			t.Errorf("AppendEncode: %s, %v", got, err)
+		}
+	}
+	for _, n := range []string{"01", "1.", ".5", "1e", "+1", "-", "0x10", "1e+", "NaN"} {
+		m := map[string]any{"n": json.Number(n)}
+		if _, err := json.Marshal(m); err == nil {
+			t.Fatalf("reference accepts %q", n)
+		}
+		if got, err := projections.AppendEncode([]byte("x"), m); err == nil || string(got) != "x" {
+			t.Errorf("json.Number %q: encoded %s, %v; want an error and dst as it was", n, got, err)
+		}
+	}
+	// A Go projection's cycle is an error, as json.Marshal makes it, not a
+	// stack overflow.
+	cyc := map[string]any{}
+	cyc["self"] = []any{cyc}
+	if _, err := projections.Encode(cyc); err == nil {
+		t.Error("a cyclic document encoded")
+	}
+	for _, n := range []string{"0", "-0", "10", "1.25", "1e5", "1E-5", "-0.5e+10", "123456789012345678901234567890"} {
+		if _, err := projections.Encode(map[string]any{"n": json.Number(n)}); err != nil {
+			t.Errorf("json.Number %q: %v", n, err)
+		}
+	}
+}

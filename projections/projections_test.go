@@ -208,3 +208,39 @@ func TestProperties(t *testing.T) {
 		t.Fatalf("properties %s", got)
 	}
 }
+
+// The document of a projection without a Go function is built on the
+// payload's own After (no copy of it); it must come out as if it were a
+// copy: every field reads the payload as decoded, and no part of the
+// document is another part of it.
+func TestDocumentAsIfCopied(t *testing.T) {
+	s := projections.NewSet()
+	if err := s.Add(projections.Projection{Name: "p", EventTypes: []string{"a.*"}, Index: "x", Version: "@id", CopyAllOfAfter: true,
+		Fields: []projections.Field{
+			{From: "after.address", To: "addr"},               // an object of After, under another name
+			{From: "after.name", To: "name", Type: "keyword"}, // overwrites after.name in the document…
+			{From: "after.name", To: "name_too"},              // …and is read from the payload as it was
+			{From: "@event_type", To: "address.zip"},          // into the object that addr copied
+			{From: "after.tags", To: "labels", Type: "keyword"},
+			{From: "after.missing", To: "name"},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Project(event("a.changed", 1, `{"after":{"name":7,"address":{"city":"Berlin"},"tags":["x"]}}`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"name": "7", "name_too": json.Number("7"),
+		"address": map[string]any{"city": "Berlin", "zip": "a.changed"},
+		"addr":    map[string]any{"city": "Berlin"},
+		"tags":    []any{"x"}, "labels": []any{"x"},
+	}
+	if !reflect.DeepEqual(r.Doc, want) {
+		t.Fatalf("doc = %#v\nwant %#v", r.Doc, want)
+	}
+	r.Doc["tags"].([]any)[0] = "changed"
+	if r.Doc["labels"].([]any)[0] != "x" {
+		t.Error("labels and tags are one array")
+	}
+}

@@ -82,6 +82,7 @@ func (g *Globals) load(ctx context.Context, opts ...config.Option) (*env, error)
 }
 
 func main() {
+	setGCPercent()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var cli CLI

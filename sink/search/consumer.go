@@ -33,6 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
@@ -420,19 +422,19 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 			errs[i] = c.resolve(results[i])
 		}
 	})
-	stopped := map[string]bool{}
-	targets := map[string]*target{}
+	stopped := map[aggregateKey]bool{}
+	targets := map[docKey]*target{}
 	aliases := make([]string, len(events)) // the alias each event writes
 	var order []*target
 	for i, e := range events {
-		key := e.AggregateKey()
-		if key != "" && stopped[key] {
+		key, ok := aggregateOf(e)
+		if ok && stopped[key] {
 			continue
 		}
 		res, err := results[i], errs[i]
 		if err != nil {
 			out[i] = sink.Poisonf("%v", err)
-			if key != "" {
+			if ok {
 				stopped[key] = true
 			}
 			continue
@@ -447,7 +449,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		if def.Tenancy.Mode == mapping.TenancyPerTenant {
 			alias, _ = def.TenantAlias(res.Tenant) // checked by resolve
 		}
-		k := alias + "\x00" + res.ID
+		k := docKey{alias, res.ID}
 		t := targets[k]
 		if t == nil {
 			t = &target{def: def, alias: alias, id: res.ID}
@@ -467,10 +469,10 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 
 	// 4. Order per aggregate: after the first event that was not delivered,
 	// nothing of the aggregate counts.
-	blocked := map[string]bool{}
+	blocked := map[aggregateKey]bool{}
 	for i, e := range events {
-		key := e.AggregateKey()
-		if key == "" {
+		key, ok := aggregateOf(e)
+		if !ok {
 			continue
 		}
 		if blocked[key] {
@@ -486,6 +488,23 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 	}
 	return out
 }
+
+// aggregateKey is an event's aggregate (outbox.Event.AggregateKey without
+// building a string per event).
+type aggregateKey struct {
+	typ string
+	id  uuid.UUID
+}
+
+func aggregateOf(e *outbox.Event) (aggregateKey, bool) {
+	if e.AggregateID == nil {
+		return aggregateKey{}, false
+	}
+	return aggregateKey{e.AggregateType, *e.AggregateID}, true
+}
+
+// docKey is a document of a batch.
+type docKey struct{ alias, id string }
 
 // recordWritten tells Searchable the commit times of the events written
 // (OK: not stale, not unprojected), per alias.
