@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/outbox"
@@ -627,9 +629,11 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 	return ctx, func() { stop(); cancel() }
 }
 
-func scanEvents(rows pgx.Rows) ([]claimed, error) {
+// scanEvents reads a claim's rows (at most size; room for up to 256 is
+// made at once, so that a short claim of a large size costs little).
+func scanEvents(rows pgx.Rows, size int) ([]claimed, error) {
 	defer rows.Close()
-	var out []claimed
+	out := make([]claimed, 0, min(size, 256))
 	for rows.Next() {
 		var ce claimed
 		e := &ce.ev
@@ -637,11 +641,15 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 		// run it through json.Unmarshal (a validation the database did).
 		var payload []byte
 		var deliveries []byte
-		if err := rows.Scan(&ce.part, &e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType,
-			&e.AggregateID, &e.AuditLogID, &e.CorrelationID, &payload, &e.Attempts, &e.LastError,
+		// uuids as pgtype.UUID: a *uuid.UUID is scanned through
+		// sql.Scanner, from the value formatted as text and parsed back.
+		var tenant, agg, corr pgtype.UUID
+		if err := rows.Scan(&ce.part, &e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType,
+			&agg, &e.AuditLogID, &corr, &payload, &e.Attempts, &e.LastError,
 			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy, &deliveries, &ce.blocked); err != nil {
 			return nil, err
 		}
+		e.TenantID, e.AggregateID, e.CorrelationID = uuidOf(tenant), uuidOf(agg), uuidOf(corr)
 		e.Payload = payload
 		if len(deliveries) > 0 {
 			var err error
@@ -653,6 +661,14 @@ func scanEvents(rows pgx.Rows) ([]claimed, error) {
 		out = append(out, ce)
 	}
 	return out, rows.Err()
+}
+
+func uuidOf(v pgtype.UUID) *uuid.UUID {
+	if !v.Valid {
+		return nil
+	}
+	u := uuid.UUID(v.Bytes)
+	return &u
 }
 
 // parseDeliveries reads the claim's JSON array of [consumer, state,
@@ -735,7 +751,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 	if err != nil {
 		return nil, nil, err
 	}
-	evs, err = scanEvents(rows)
+	evs, err = scanEvents(rows, r.q.claims[level].size)
 	if err != nil {
 		return nil, nil, err
 	}
