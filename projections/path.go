@@ -21,8 +21,8 @@ import (
 // and nothing points into the caller's buffer (pgx may reuse its buffers).
 var decoder = sonic.Config{UseNumber: true}.Froze()
 
-// encoder writes what AppendEncode does not know itself as encoding/json
-// does, byte for byte (sorted keys, HTML escaped: sonic's ConfigStd).
+// encoder writes documents as encoding/json does, byte for byte (sorted
+// keys, HTML escaped: sonic's ConfigStd).
 var encoder = sonic.ConfigStd
 
 // Decode parses a JSON object keeping numbers exact (json.Number), so that

@@ -3,7 +3,9 @@ package search_test
 import (
 	"encoding/json"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/internal/loadgen"
+	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/relay"
@@ -40,15 +43,37 @@ import (
 //
 //     go test ./sink/search -run '^$' -bench LatencyAtHalfRate -benchtime 1x
 //
+// pin=on gives the engine CPU 1 alone and everything else (PostgreSQL,
+// the relay, the producers, the poller) CPU 0, as BenchmarkEndToEndRealistic
+// does: the engine on hosts of its own. The CPU of each process during the
+// steady phase and the machine's busy share are printed beside the figures.
 // SEARCHSYNC_BENCH_IN_FLIGHT, _BATCH and _MAX_BATCH set relay.in_flight,
-// batch_size and max_batch_size, as for BenchmarkEndToEndRealistic.
+// batch_size and max_batch_size, as for BenchmarkEndToEndRealistic;
+// SEARCHSYNC_BENCH_RATE_SHARE another share of the maximum rate than 0.5.
 func BenchmarkLatencyAtHalfRate(b *testing.B) {
+	for _, pin := range []bool{false, true} {
+		name := "pin=off"
+		if pin {
+			name = "pin=on"
+		}
+		b.Run(name, func(b *testing.B) { benchLatency(b, pin) })
+	}
+}
+
+func benchLatency(b *testing.B, pin bool) {
 	for range b.N {
 		bd := setup(b)
 		w := loadgen.Realistic()
 		w.Events = 70000
 		all := w.Make()
 		bd.produceMany(all[:40000])
+		if pin {
+			restore, err := testenv.Pin(1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(restore)
+		}
 		warm, steady := all[40000:50000], all[50000:]
 
 		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler),
@@ -64,7 +89,15 @@ func BenchmarkLatencyAtHalfRate(b *testing.B) {
 		runRelay(b, r)
 		bd.waitPending(10 * time.Minute)
 		maxRate := 40000 / time.Since(t0).Seconds()
-		rate := maxRate / 2
+		share := 0.5
+		if v := os.Getenv("SEARCHSYNC_BENCH_RATE_SHARE"); v != "" {
+			// another share of the maximum rate than half
+			var err error
+			if share, err = strconv.ParseFloat(v, 64); err != nil || share <= 0 || share > 1 {
+				b.Fatalf("SEARCHSYNC_BENCH_RATE_SHARE=%q: want a number in (0, 1]", v)
+			}
+		}
+		rate := maxRate * share
 
 		// Producers, each with the events of its share of the customers
 		// (so that every customer's events keep their order), each paced
@@ -107,10 +140,10 @@ func BenchmarkLatencyAtHalfRate(b *testing.B) {
 			return float64(len(evs)) / time.Since(started).Seconds()
 		}
 		steadily(warm, false)
-		before := r.Stats()
+		before, cpu0 := r.Stats(), testenv.ReadCPU()
 		produced := steadily(steady, true)
 		bd.waitPending(5 * time.Minute)
-		after := r.Stats()
+		after, cpu := r.Stats(), testenv.ReadCPU().Sub(cpu0)
 		searchable := poller.wait(time.Minute)
 		b.StopTimer()
 
@@ -151,9 +184,9 @@ func BenchmarkLatencyAtHalfRate(b *testing.B) {
 			len(searchable), poller.dropped, ms(searchable, 0.5), ms(searchable, 0.99), ms(searchable, 1))
 		if n := after.Batches - before.Batches; n > 0 {
 			per := func(a, b time.Duration) float64 { return float64(a-b) / float64(n) / float64(time.Millisecond) }
-			b.Logf("steady phase: %d batches, %.0f events each; per batch claim %.1f ms, deliver %.1f ms, ack %.1f ms",
+			b.Logf("steady phase: %d batches, %.0f events each; per batch claim %.1f ms, deliver %.1f ms, ack %.1f ms; %s (this process: the relay, the producers and the poller)",
 				n, float64(after.Claimed-before.Claimed)/float64(n), per(after.ClaimTime, before.ClaimTime),
-				per(after.DeliverTime, before.DeliverTime), per(after.AckTime, before.AckTime))
+				per(after.DeliverTime, before.DeliverTime), per(after.AckTime, before.AckTime), cpu)
 		}
 	}
 }
