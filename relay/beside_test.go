@@ -24,7 +24,6 @@ type holder struct {
 	once    sync.Once
 	mu      sync.Mutex
 	handed  []int64
-	holding bool
 }
 
 func (g *holder) Name() string { return "holder" }
