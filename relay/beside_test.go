@@ -18,12 +18,12 @@ import (
 // holder is a consumer that holds the delivery of one event until open is
 // closed, and records every event it was handed.
 type holder struct {
-	hold    int64
-	held    chan struct{} // closed when the held event's delivery began
-	open    chan struct{}
-	once    sync.Once
-	mu      sync.Mutex
-	handed  []int64
+	hold   int64
+	held   chan struct{} // closed when the held event's delivery began
+	open   chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	handed []int64
 }
 
 func (g *holder) Name() string { return "holder" }
