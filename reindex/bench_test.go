@@ -26,14 +26,14 @@ var (
 //
 // The reindex rate is documents in the new index per second of fill: every
 // step that puts documents into the new index and makes them searchable —
-// the refresh of the live index, the tombstone look-up, the server-side
-// copy and the version scroll beside it, the replay of the outbox (whose
-// read-ahead runs during the copy) and the restore of the definition's
-// refresh interval and replicas with the refresh and health wait that
-// follow (the raw side's time ends with a refresh too). Left out, and
-// printed apart with the whole run:
-// the fixed 2×TargetsTTL wait until every consumer dual-writes (it does not
-// grow with the documents), the completeness check and the alias swap.
+// the refresh of the live index, the server-side copy, the replay of the
+// outbox and the restore of the definition's refresh interval and replicas
+// with the refresh and health wait that follow (the raw side's time ends
+// with a refresh too). Left out, and printed apart with the whole run: the
+// fixed 2×TargetsTTL wait until every consumer dual-writes (it does not
+// grow with the documents), the completeness check and the alias swap. The
+// tombstone look-up, the scroll of versions and the replay's read-ahead run
+// during that wait; what of them outlasts it counts in the seed.
 //
 //	go test ./reindex -run '^$' -bench BenchmarkReindex -benchtime 1x [-reindex.events 60000]
 func BenchmarkReindex(b *testing.B) {

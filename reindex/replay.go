@@ -28,6 +28,10 @@ type prefetch struct {
 	from, until int64
 	reads       <-chan read
 	cancel      context.CancelFunc
+	// early says that until was read during the dual-write wait: events
+	// after it may have reached the live index only, so the pass reading
+	// this is never the last.
+	early bool
 }
 
 const readAhead = 8 // chunks read and projected ahead of the writes
@@ -102,9 +106,10 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (
 }
 
 // startPrefetch starts reading the first replay pass (from the recorded
-// cursor to the current watermark) while the seed copies (it starts after
+// cursor to the current watermark) before the seed ends (it starts after
 // the seed's tombstone look-up, whose outbox queries it would slow down).
-func (r *Reindexer) startPrefetch(ctx context.Context) {
+// early: during the dual-write wait (see prefetch.early).
+func (r *Reindexer) startPrefetch(ctx context.Context, early bool) {
 	var wm int64
 	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
 		return // the replay reads it again and reports the error
@@ -113,7 +118,7 @@ func (r *Reindexer) startPrefetch(ctx context.Context) {
 	// Without payloads where the seed decides which events are needed.
 	heads := r.seedDone != nil && r.idIsAggregate && r.versionPathSQL != nil
 	reads, cancel := r.reader(ctx, from, wm, heads)
-	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel}
+	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel, early: early}
 }
 
 // maxPasses bounds the replay passes; cacheMax the documents the replay
@@ -156,7 +161,7 @@ func (r *Reindexer) replayPass(ctx context.Context, pass int, cache map[string]*
 	if first >= wm {
 		return true, nil
 	}
-	reads, rcancel, wm := r.passReader(ctx, first, wm)
+	reads, rcancel, wm, early := r.passReader(ctx, first, wm)
 	w := &passWriter{r: r, first: first, wm: wm, docs: docs, rt: rt, q: &settleQueue{r: r}}
 	w.reset(ctx)
 	failed := r.replayChunks(ctx, reads, cache, w)
@@ -175,18 +180,18 @@ func (r *Reindexer) replayPass(ctx context.Context, pass int, cache map[string]*
 	if err := r.saveProgress(ctx); err != nil {
 		return false, err
 	}
-	return wm-first < int64(r.cfg.ChunkSize), nil
+	return wm-first < int64(r.cfg.ChunkSize) && !early, nil
 }
 
-// passReader returns the reads of (from, wm]: the prefetch started during
-// the seed when it begins at from (its watermark then), a new reader
-// otherwise.
-func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read, context.CancelFunc, int64) {
+// passReader returns the reads of (from, wm]: the prefetch started before
+// the seed ended when it begins at from (its watermark then, and whether
+// that was read during the dual-write wait), a new reader otherwise.
+func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read, context.CancelFunc, int64, bool) {
 	pf := r.prefetch
 	r.prefetch = nil
 	if pf != nil && pf.from == from {
 		r.update(func(p *Progress) { p.Watermark = pf.until })
-		return pf.reads, pf.cancel, pf.until
+		return pf.reads, pf.cancel, pf.until, pf.early
 	}
 	if pf != nil {
 		pf.cancel()
@@ -194,7 +199,7 @@ func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read
 		}
 	}
 	reads, cancel := r.reader(ctx, from, wm, false)
-	return reads, cancel, wm
+	return reads, cancel, wm, false
 }
 
 // replayChunks turns every chunk read into writes: documents the seed holds
