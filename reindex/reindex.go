@@ -396,6 +396,7 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err := r.cfg.Engine.Refresh(ctx, job.Params.Source); err != nil {
 		return nil, fmt.Errorf("reindex: refresh %s: %w", job.Params.Source, err)
 	}
+	r.log.Debug("reindex: live index refreshed", "ms", time.Since(t0).Milliseconds())
 	if !seeding {
 		r.startPrefetch(ctx, false)
 	}
