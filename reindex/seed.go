@@ -147,7 +147,7 @@ func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []index
 const copyAttempts = 5
 
 // copyServerSide runs the engine's copy c as a task and follows it:
-// started gets the task id, progress its status about every second. A
+// started gets the task id, progress its status at least every second. A
 // document the target refuses (a failure of the task) fails the copy with
 // the engine's reason. A copy whose failures were all temporary (429, 5xx)
 // runs again, after 1, 2, 4 and 8 s: it writes external versions, so what
@@ -225,34 +225,72 @@ func (r *Reindexer) copyOnce(ctx context.Context, c indexer.Copy, started func(t
 			r.log.Warn("reindex: cancel the copy task", "task", task, "error", err.Error())
 		}
 	}
+	t, err := r.waitTask(ctx, task, progress)
+	if err != nil {
+		if ctx.Err() != nil {
+			cancelTask()
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("copy %s to %s: task %s: %w", c.Source, c.Dest, task, err)
+	}
+	switch {
+	case t.Error != nil:
+		return t, fmt.Errorf("copy %s to %s: %s: %s", c.Source, c.Dest, t.Error.Type, t.Error.Reason)
+	case len(t.Failures) > 0:
+		return t, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", c.Source, c.Dest, len(t.Failures), t.Failures[0])
+	}
+	return t, nil
+}
+
+// waitTask follows the engine task until it completes, handing every
+// status read to progress, and returns the last one. It asks without
+// making the engine wait: the engine's wait_for_completion looks at the
+// task only every 100 ms, which a copy of a few seconds pays at its end.
+// The asks come a quarter of the time the task still needs (at its rate so
+// far) apart, between pollMin and pollMax: about once a second for a long
+// copy, and every few milliseconds near its end.
+func (r *Reindexer) waitTask(ctx context.Context, task string, progress func(*indexer.TaskInfo)) (*indexer.TaskInfo, error) {
+	start := time.Now()
 	for {
-		// Waits up to a second for the task to complete: progress every
-		// second, completion noticed at once.
-		t, err := r.adm.Task(ctx, task, time.Second)
+		t, err := r.adm.Task(ctx, task, 0)
 		if err != nil {
-			if ctx.Err() != nil {
-				cancelTask()
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("copy %s to %s: task %s: %w", c.Source, c.Dest, task, err)
+			return nil, err
 		}
 		if progress != nil {
 			progress(t)
 		}
 		if t.Completed {
-			switch {
-			case t.Error != nil:
-				return t, fmt.Errorf("copy %s to %s: %s: %s", c.Source, c.Dest, t.Error.Type, t.Error.Reason)
-			case len(t.Failures) > 0:
-				return t, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", c.Source, c.Dest, len(t.Failures), t.Failures[0])
-			}
 			return t, nil
 		}
-		if ctx.Err() != nil {
-			cancelTask()
+		tm := time.NewTimer(pollAfter(t, time.Since(start)))
+		select {
+		case <-ctx.Done():
+			tm.Stop()
 			return nil, ctx.Err()
+		case <-tm.C:
 		}
 	}
+}
+
+// pollMin and pollMax bound the pause between two looks at a task.
+const (
+	pollMin = 5 * time.Millisecond
+	pollMax = time.Second
+)
+
+// pollAfter is the pause before the next look at task t, running for
+// elapsed: a quarter of what it still needs at its rate so far; 4 ×
+// pollMin before it has done anything, pollMin once it has done all.
+func pollAfter(t *indexer.TaskInfo, elapsed time.Duration) time.Duration {
+	done := t.Created + t.Updated + t.VersionConflicts
+	switch {
+	case done <= 0:
+		return 4 * pollMin
+	case done >= t.Total:
+		return pollMin
+	}
+	rest := time.Duration(float64(elapsed) * float64(t.Total-done) / float64(done))
+	return min(max(rest/4, pollMin), pollMax)
 }
 
 // seedPrep is what the seed looks up before it copies: the tombstones to
