@@ -159,6 +159,7 @@ type Reindexer struct {
 	skippedEvents  atomic.Int64
 	finished       atomic.Bool   // the job row was ended by this run
 	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
+	versionsKnown  chan struct{} // closed once seeded is complete, before the copy ends (nil: with seedDone)
 
 	slow   time.Duration // tests: a pause per replayed chunk
 	source string        // the live index (tombstones are read from it)

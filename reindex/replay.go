@@ -1,6 +1,7 @@
 package reindex
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -41,8 +42,9 @@ const readAhead = 8 // chunks read and projected ahead of the writes
 // and writing overlap.
 //
 // heads reads the events without payloads first (chunk.heads): the
-// projecting goroutine, once the seed is done, reads whole only those that
-// are not older than the seed. That is most of the replay's cost saved when
+// projecting goroutine, once the seeded versions are known (before the
+// server-side copy, after the client-side one), reads whole only those
+// that are not older than the seed. That is most of the replay's cost saved when
 // the live index holds nearly everything, as it does.
 func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (<-chan read, context.CancelFunc) {
 	raws := make(chan read, readAhead)
@@ -70,11 +72,11 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (
 	}()
 	go func() {
 		defer close(reads)
-		if r.seedDone != nil {
+		if known := cmp.Or(r.versionsKnown, r.seedDone); known != nil {
 			// Project only once the seeded versions are known: events the
 			// seed holds newer are then skipped without projecting them.
 			select {
-			case <-r.seedDone:
+			case <-known:
 			case <-rctx.Done():
 				for range raws {
 				}

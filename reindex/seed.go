@@ -112,9 +112,6 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	}
 	r.log.Debug("reindex: server-side copy done", "docs", st.Created+st.Updated, "ms", time.Since(rt.start).Milliseconds())
 	if err != nil {
-		r.seededMu.Lock()
-		clear(r.seeded)
-		r.seededMu.Unlock()
 		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
 	}
 	n := st.Created + st.Updated
@@ -325,6 +322,11 @@ type seedPrep struct {
 //     delivered meanwhile.
 func (r *Reindexer) startSeedPrep(ctx context.Context, source string, versions, early bool) *seedPrep {
 	p := &seedPrep{done: make(chan struct{})}
+	if versions {
+		// The versions are all known once p is done: the read-ahead need
+		// not wait for the copy to decide which events it reads whole.
+		r.versionsKnown = p.done
+	}
 	go func() {
 		defer close(p.done)
 		t := time.Now()
