@@ -91,7 +91,7 @@ type Result struct {
 // Timings are the seconds each phase of this run took.
 type Timings struct {
 	Wait    float64 `json:"wait_s"`    // until every consumer writes the target too (2×TargetsTTL)
-	Seed    float64 `json:"seed_s"`    // refresh of the live index, tombstone look-up, copy
+	Seed    float64 `json:"seed_s"`    // refresh of the live index, the look-ups beyond the wait, copy
 	Replay  float64 `json:"replay_s"`  // outbox replay (and tombstone deletes, if any)
 	Refresh float64 `json:"refresh_s"` // the definition's refresh interval back, target refreshed
 	Verify  float64 `json:"verify_s"`  // completeness check

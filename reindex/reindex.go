@@ -147,6 +147,7 @@ type Reindexer struct {
 	seededMu sync.Mutex
 	seeded   map[string]int64
 	prefetch *prefetch
+	prep     *seedPrep // the seed's look-ups (nil: not started)
 	skipped  atomic.Int64
 
 	// versionPathSQL is the version path of every projection of the alias
@@ -158,17 +159,20 @@ type Reindexer struct {
 	skippedEvents  atomic.Int64
 	finished       atomic.Bool   // the job row was ended by this run
 	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
+	versionsKnown  chan struct{} // closed once seeded is complete, before the copy ends (nil: with seedDone)
 
 	slow   time.Duration // tests: a pause per replayed chunk
 	source string        // the live index (tombstones are read from it)
 	hooks  replayHooks   // tests: points of the replay to hold or stop it at
 }
 
-// replayHooks are called, when set, by the replay (tests only):
-// beforeDispatch once a chunk is queued for its writes, before they are
-// sent; beforeBulk in each write of a chunk, right before it is sent. Both
-// get the last outbox id of the chunk.
+// replayHooks are called, when set, by the seed and the replay (tests
+// only): beforeCopy once the seed's look-ups are done, right before the
+// copy starts; beforeDispatch once a chunk is queued for its writes, before
+// they are sent; beforeBulk in each write of a chunk, right before it is
+// sent. The last two get the last outbox id of the chunk.
 type replayHooks struct {
+	beforeCopy     func()
 	beforeDispatch func(chunkLast int64)
 	beforeBulk     func(chunkLast int64)
 }
@@ -360,14 +364,29 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 
 	// 2. Dual writes on, then wait until every search consumer has seen it:
 	// from then on every live op reaches the target, and everything
-	// delivered before is committed and visible to the replay.
+	// delivered before is committed and visible to the replay. The seed's
+	// look-ups run meanwhile (startSeedPrep says why that is safe).
+	seeding := !r.snapshot().SeedDone
+	if seeding {
+		r.seedDone = make(chan struct{})
+		if job.Resumed {
+			// An interrupted copy may have copied any tombstone.
+			r.update(func(p *Progress) { p.DropTombstones = true })
+		}
+	}
 	tw := time.Now()
 	if !job.Params.DualWrite {
 		job.Params.DualWrite = true
 		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
 			return nil, err
 		}
+		if seeding {
+			r.prep = r.startSeedPrep(ctx, job.Params.Source, r.cfg.Reproject == nil && !r.cfg.ClientSeed, true)
+		}
 		if err := sleep(ctx, 2*TargetsTTL+200*time.Millisecond); err != nil {
+			if r.prep != nil {
+				<-r.prep.done // it ends with ctx
+			}
 			return nil, err
 		}
 	}
@@ -378,16 +397,9 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err := r.cfg.Engine.Refresh(ctx, job.Params.Source); err != nil {
 		return nil, fmt.Errorf("reindex: refresh %s: %w", job.Params.Source, err)
 	}
-	seeding := !r.snapshot().SeedDone
-	if seeding {
-		r.seedDone = make(chan struct{})
-		if job.Resumed {
-			// An interrupted copy may have copied any tombstone.
-			r.update(func(p *Progress) { p.DropTombstones = true })
-		}
-	}
+	r.log.Debug("reindex: live index refreshed", "ms", time.Since(t0).Milliseconds())
 	if !seeding {
-		r.startPrefetch(ctx)
+		r.startPrefetch(ctx, false)
 	}
 	if seeding {
 		if err := r.seed(ctx, job.Params.Source); err != nil {

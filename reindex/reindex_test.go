@@ -338,6 +338,59 @@ func TestSeedLeavesOutCompactedTombstones(t *testing.T) {
 	}
 }
 
+// The seed's look-ups and the replay's read-ahead run during the
+// dual-write wait, so the read-ahead's watermark is older than the wait's
+// end. An event committed after it, which a consumer that did not write the
+// target yet applied to the live index only and too late for the copy to
+// see, must still reach the new index: through another replay pass.
+func TestEventAfterTheEarlyWatermarkIsReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.write(300)
+	b.dispatchAll()
+	old := b.buildLive(b.def(nil))
+	adm := b.eng.(indexer.Admin)
+	// No periodic refresh of the live index: the copy sees only what the
+	// reindex refreshed before it.
+	if err := adm.PutSettings(b.ctx, old, map[string]any{"refresh_interval": "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config(b.def(emailAsText))
+	cfg.ChunkSize = 5000 // the first pass alone would hold every event
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked := false
+	r.hooks.beforeCopy = func() {
+		hooked = true
+		ev := b.gen.Update()
+		if err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error { _, err := b.writer.Write(b.ctx, tx, ev); return err }); err != nil {
+			t.Error(err)
+			return
+		}
+		b.dispatchAll()
+		// The late consumer: the live index only, not refreshed.
+		live, err := New(b.config(b.def(nil)))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		live.target = old
+		if err := live.replay(b.ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	res, err := r.Run(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hooked || !res.Verify.OK {
+		t.Fatalf("hook ran: %v; result %+v", hooked, res)
+	}
+	b.checkTruth(b.alias) // the late event's version included
+}
+
 // The target fills without replicas and refreshes; the definition's
 // settings are back before the check, and the hash in _meta is the
 // definition's.

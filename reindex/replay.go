@@ -1,6 +1,7 @@
 package reindex
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -28,6 +29,10 @@ type prefetch struct {
 	from, until int64
 	reads       <-chan read
 	cancel      context.CancelFunc
+	// early says that until was read during the dual-write wait: events
+	// after it may have reached the live index only, so the pass reading
+	// this is never the last.
+	early bool
 }
 
 const readAhead = 8 // chunks read and projected ahead of the writes
@@ -37,8 +42,9 @@ const readAhead = 8 // chunks read and projected ahead of the writes
 // and writing overlap.
 //
 // heads reads the events without payloads first (chunk.heads): the
-// projecting goroutine, once the seed is done, reads whole only those that
-// are not older than the seed. That is most of the replay's cost saved when
+// projecting goroutine, once the seeded versions are known (before the
+// server-side copy, after the client-side one), reads whole only those
+// that are not older than the seed. That is most of the replay's cost saved when
 // the live index holds nearly everything, as it does.
 func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (<-chan read, context.CancelFunc) {
 	raws := make(chan read, readAhead)
@@ -66,11 +72,11 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (
 	}()
 	go func() {
 		defer close(reads)
-		if r.seedDone != nil {
+		if known := cmp.Or(r.versionsKnown, r.seedDone); known != nil {
 			// Project only once the seeded versions are known: events the
 			// seed holds newer are then skipped without projecting them.
 			select {
-			case <-r.seedDone:
+			case <-known:
 			case <-rctx.Done():
 				for range raws {
 				}
@@ -102,9 +108,10 @@ func (r *Reindexer) reader(ctx context.Context, from, until int64, heads bool) (
 }
 
 // startPrefetch starts reading the first replay pass (from the recorded
-// cursor to the current watermark) while the seed copies (it starts after
+// cursor to the current watermark) before the seed ends (it starts after
 // the seed's tombstone look-up, whose outbox queries it would slow down).
-func (r *Reindexer) startPrefetch(ctx context.Context) {
+// early: during the dual-write wait (see prefetch.early).
+func (r *Reindexer) startPrefetch(ctx context.Context, early bool) {
 	var wm int64
 	if err := r.cfg.Pool.QueryRow(ctx, maxIDSQL).Scan(&wm); err != nil {
 		return // the replay reads it again and reports the error
@@ -113,7 +120,7 @@ func (r *Reindexer) startPrefetch(ctx context.Context) {
 	// Without payloads where the seed decides which events are needed.
 	heads := r.seedDone != nil && r.idIsAggregate && r.versionPathSQL != nil
 	reads, cancel := r.reader(ctx, from, wm, heads)
-	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel}
+	r.prefetch = &prefetch{from: from, until: wm, reads: reads, cancel: cancel, early: early}
 }
 
 // maxPasses bounds the replay passes; cacheMax the documents the replay
@@ -156,7 +163,7 @@ func (r *Reindexer) replayPass(ctx context.Context, pass int, cache map[string]*
 	if first >= wm {
 		return true, nil
 	}
-	reads, rcancel, wm := r.passReader(ctx, first, wm)
+	reads, rcancel, wm, early := r.passReader(ctx, first, wm)
 	w := &passWriter{r: r, first: first, wm: wm, docs: docs, rt: rt, q: &settleQueue{r: r}}
 	w.reset(ctx)
 	failed := r.replayChunks(ctx, reads, cache, w)
@@ -175,18 +182,18 @@ func (r *Reindexer) replayPass(ctx context.Context, pass int, cache map[string]*
 	if err := r.saveProgress(ctx); err != nil {
 		return false, err
 	}
-	return wm-first < int64(r.cfg.ChunkSize), nil
+	return wm-first < int64(r.cfg.ChunkSize) && !early, nil
 }
 
-// passReader returns the reads of (from, wm]: the prefetch started during
-// the seed when it begins at from (its watermark then), a new reader
-// otherwise.
-func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read, context.CancelFunc, int64) {
+// passReader returns the reads of (from, wm]: the prefetch started before
+// the seed ended when it begins at from (its watermark then, and whether
+// that was read during the dual-write wait), a new reader otherwise.
+func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read, context.CancelFunc, int64, bool) {
 	pf := r.prefetch
 	r.prefetch = nil
 	if pf != nil && pf.from == from {
 		r.update(func(p *Progress) { p.Watermark = pf.until })
-		return pf.reads, pf.cancel, pf.until
+		return pf.reads, pf.cancel, pf.until, pf.early
 	}
 	if pf != nil {
 		pf.cancel()
@@ -194,7 +201,7 @@ func (r *Reindexer) passReader(ctx context.Context, from, wm int64) (<-chan read
 		}
 	}
 	reads, cancel := r.reader(ctx, from, wm, false)
-	return reads, cancel, wm
+	return reads, cancel, wm, false
 }
 
 // replayChunks turns every chunk read into writes: documents the seed holds

@@ -24,11 +24,10 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	if r.cfg.Reproject == nil && !r.cfg.ClientSeed {
 		return r.seedServerSide(ctx, source)
 	}
-	skip, err := r.compactedTombstones(ctx, source)
+	skip, err := r.prepared(ctx, source, false)
 	if err != nil {
 		return err
 	}
-	r.startPrefetch(ctx)
 	query := r.tombstoneQuery(skip) // all documents but skip
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Concurrency)
@@ -80,13 +79,8 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 // seedServerSide copies the live documents with the engine's _reindex (no
 // transfer through searchsync), sliced by Concurrency, with the bulk size
 // as batch: every document but the tombstones whose events were all
-// compacted (looked up first). A scroll of ids and versions only runs
-// beside the copy and records the versions it copies.
-//
-// The versions are read from the source. They never exceed what the target
-// ends up holding: a version the scroll sees was either in the copy's
-// snapshot or written live after dual writes began (the source was
-// refreshed after that), which writes the target too.
+// compacted. Those and the versions of the live index were looked up
+// before (seedPrep, during the dual-write wait when there is one).
 func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 	if t := r.snapshot().SeedTask; t != "" {
 		// The copy of an interrupted run may still be going on.
@@ -94,60 +88,31 @@ func (r *Reindexer) seedServerSide(ctx context.Context, source string) error {
 			r.log.Warn("reindex: cancel the seed task of the interrupted run", "task", t, "error", err.Error())
 		}
 	}
-	skip, err := r.compactedTombstones(ctx, source)
+	skip, err := r.prepared(ctx, source, true)
 	if err != nil {
 		return err
 	}
-	r.startPrefetch(ctx)
 	query := r.tombstoneQuery(skip)
 	rt := rate{start: time.Now()}
-	st := &indexer.TaskInfo{}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		var err error
-		st, err = r.copyServerSide(gctx, indexer.Copy{Source: source, Dest: r.target, Query: query, Batch: r.cfg.BulkSize, Slices: r.cfg.Concurrency}, func(task string) {
-			r.update(func(p *Progress) { p.SeedTask = task })
-			_ = r.saveProgress(gctx) // so that abort can cancel it
-		}, func(s *indexer.TaskInfo) {
-			n := s.Created + s.Updated + s.VersionConflicts
-			r.update(func(p *Progress) {
-				p.DocsSeeded, p.DocsTotal = n, s.Total
-				p.Rate = rt.perSecond(n)
-				if p.Rate > 0 && s.Total > n {
-					p.ETA = (time.Duration(float64(s.Total-n)/p.Rate) * time.Second).Round(time.Second).String()
-				}
-			})
-		})
-		if st == nil {
-			st = &indexer.TaskInfo{}
-		}
-		r.log.Debug("reindex: server-side copy done", "docs", st.Created+st.Updated, "ms", time.Since(rt.start).Milliseconds())
-		return err
-	})
-	g.Go(func() error {
-		// The versions copied: an event not newer needs no replay.
-		err := r.adm.Scroll(gctx, source, query, 10000, false, func(_ int64, hits []indexer.ScrollHit) error {
-			r.seededMu.Lock()
-			for _, h := range hits {
-				r.seeded[h.ID] = h.Version
+	st, err := r.copyServerSide(ctx, indexer.Copy{Source: source, Dest: r.target, Query: query, Batch: r.cfg.BulkSize, Slices: r.cfg.Concurrency}, func(task string) {
+		r.update(func(p *Progress) { p.SeedTask = task })
+		_ = r.saveProgress(ctx) // so that abort can cancel it
+	}, func(s *indexer.TaskInfo) {
+		n := s.Created + s.Updated + s.VersionConflicts
+		r.update(func(p *Progress) {
+			p.DocsSeeded, p.DocsTotal = n, s.Total
+			p.Rate = rt.perSecond(n)
+			if p.Rate > 0 && s.Total > n {
+				p.ETA = (time.Duration(float64(s.Total-n)/p.Rate) * time.Second).Round(time.Second).String()
 			}
-			r.seededMu.Unlock()
-			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("read the versions of %s: %w", source, err)
-		}
-		r.log.Debug("reindex: seeded versions read", "docs", len(r.seeded), "ms", time.Since(rt.start).Milliseconds())
-		return nil
 	})
-	if err := g.Wait(); err != nil {
-		clear(r.seeded)
-		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
+	if st == nil {
+		st = &indexer.TaskInfo{}
 	}
-	for _, id := range skip {
-		// Seen by the scroll only if revived in between (then copied): its
-		// events are replayed rather than skipped.
-		delete(r.seeded, id)
+	r.log.Debug("reindex: server-side copy done", "docs", st.Created+st.Updated, "ms", time.Since(rt.start).Milliseconds())
+	if err != nil {
+		return fmt.Errorf("reindex: seed %s from %s: %w", r.target, source, err)
 	}
 	n := st.Created + st.Updated
 	r.w.stale.Add(st.VersionConflicts)
@@ -179,7 +144,7 @@ func (r *Reindexer) seedBulk(ctx context.Context, g *errgroup.Group, ops []index
 const copyAttempts = 5
 
 // copyServerSide runs the engine's copy c as a task and follows it:
-// started gets the task id, progress its status about every second. A
+// started gets the task id, progress its status at least every second. A
 // document the target refuses (a failure of the task) fails the copy with
 // the engine's reason. A copy whose failures were all temporary (429, 5xx)
 // runs again, after 1, 2, 4 and 8 s: it writes external versions, so what
@@ -257,32 +222,167 @@ func (r *Reindexer) copyOnce(ctx context.Context, c indexer.Copy, started func(t
 			r.log.Warn("reindex: cancel the copy task", "task", task, "error", err.Error())
 		}
 	}
+	t, err := r.waitTask(ctx, task, progress)
+	if err != nil {
+		if ctx.Err() != nil {
+			cancelTask()
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("copy %s to %s: task %s: %w", c.Source, c.Dest, task, err)
+	}
+	switch {
+	case t.Error != nil:
+		return t, fmt.Errorf("copy %s to %s: %s: %s", c.Source, c.Dest, t.Error.Type, t.Error.Reason)
+	case len(t.Failures) > 0:
+		return t, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", c.Source, c.Dest, len(t.Failures), t.Failures[0])
+	}
+	return t, nil
+}
+
+// waitTask follows the engine task until it completes, handing every
+// status read to progress, and returns the last one. It asks without
+// making the engine wait: the engine's wait_for_completion looks at the
+// task only every 100 ms, which a copy of a few seconds pays at its end.
+// The asks come a quarter of the time the task still needs (at its rate so
+// far) apart, between pollMin and pollMax: about once a second for a long
+// copy, and every few milliseconds near its end.
+func (r *Reindexer) waitTask(ctx context.Context, task string, progress func(*indexer.TaskInfo)) (*indexer.TaskInfo, error) {
+	start := time.Now()
 	for {
-		// Waits up to a second for the task to complete: progress every
-		// second, completion noticed at once.
-		t, err := r.adm.Task(ctx, task, time.Second)
+		t, err := r.adm.Task(ctx, task, 0)
 		if err != nil {
-			if ctx.Err() != nil {
-				cancelTask()
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("copy %s to %s: task %s: %w", c.Source, c.Dest, task, err)
+			return nil, err
 		}
 		if progress != nil {
 			progress(t)
 		}
 		if t.Completed {
-			switch {
-			case t.Error != nil:
-				return t, fmt.Errorf("copy %s to %s: %s: %s", c.Source, c.Dest, t.Error.Type, t.Error.Reason)
-			case len(t.Failures) > 0:
-				return t, fmt.Errorf("copy %s to %s: %d documents failed, first: %s", c.Source, c.Dest, len(t.Failures), t.Failures[0])
-			}
 			return t, nil
 		}
-		if ctx.Err() != nil {
-			cancelTask()
+		tm := time.NewTimer(pollAfter(t, time.Since(start)))
+		select {
+		case <-ctx.Done():
+			tm.Stop()
 			return nil, ctx.Err()
+		case <-tm.C:
 		}
 	}
+}
+
+// pollMin and pollMax bound the pause between two looks at a task.
+const (
+	pollMin = 5 * time.Millisecond
+	pollMax = time.Second
+)
+
+// pollAfter is the pause before the next look at task t, running for
+// elapsed: a quarter of what it still needs at its rate so far; 4 ×
+// pollMin before it has done anything, pollMin once it has done all.
+func pollAfter(t *indexer.TaskInfo, elapsed time.Duration) time.Duration {
+	done := t.Created + t.Updated + t.VersionConflicts
+	switch {
+	case done <= 0:
+		return 4 * pollMin
+	case done >= t.Total:
+		return pollMin
+	}
+	rest := time.Duration(float64(elapsed) * float64(t.Total-done) / float64(done))
+	return min(max(rest/4, pollMin), pollMax)
+}
+
+// seedPrep is what the seed looks up before it copies: the tombstones to
+// leave out and, for the server-side copy, the versions of the live index.
+// It runs during the dual-write wait when there is one (startSeedPrep), so
+// that the copy has the engine to itself.
+type seedPrep struct {
+	done chan struct{}
+	skip []string // tombstones whose events were all compacted
+	err  error
+}
+
+// startSeedPrep starts the seed's look-ups in the background: the
+// tombstones whose events were all compacted, then, beside each other, the
+// replay's read-ahead and (versions) a scroll of the ids and versions of
+// source into r.seeded (an event not newer needs no replay).
+//
+// All of it may run before the consumers write the target too and before
+// the refresh of source that precedes the copy. It stays correct because
+// the live index only moves forward and the copy starts from a later view
+// of it:
+//   - a version the scroll reads was visible then, so the copy sees it or a
+//     newer one (or the document's delete, an event newer than it, which the
+//     replay writes); newer versions written after the refresh reach the
+//     target through dual writes. A document written so recently that the
+//     scroll missed it is simply replayed.
+//   - a tombstone is left out only while it is still one (tombstoneQuery),
+//     and its version is forgotten: a document revived meanwhile is copied,
+//     one that got an event meanwhile is rebuilt by the replay.
+//   - a read-ahead whose watermark was read before the wait ended is not
+//     the last pass (prefetch.early): the next one reads the events
+//     delivered meanwhile.
+func (r *Reindexer) startSeedPrep(ctx context.Context, source string, versions, early bool) *seedPrep {
+	p := &seedPrep{done: make(chan struct{})}
+	if versions {
+		// The versions are all known once p is done: the read-ahead need
+		// not wait for the copy to decide which events it reads whole.
+		r.versionsKnown = p.done
+	}
+	go func() {
+		defer close(p.done)
+		t := time.Now()
+		if p.skip, p.err = r.compactedTombstones(ctx, source); p.err != nil {
+			return
+		}
+		r.startPrefetch(ctx, early)
+		if !versions {
+			return
+		}
+		n := 0
+		err := r.adm.Scroll(ctx, source, nil, 10000, false, func(_ int64, hits []indexer.ScrollHit) error {
+			r.seededMu.Lock()
+			for _, h := range hits {
+				r.seeded[h.ID] = h.Version
+			}
+			r.seededMu.Unlock()
+			n += len(hits)
+			return nil
+		})
+		if err != nil {
+			p.err = fmt.Errorf("reindex: read the versions of %s: %w", source, err)
+			return
+		}
+		r.seededMu.Lock()
+		for _, id := range p.skip {
+			delete(r.seeded, id) // not copied unless revived: replay its events
+		}
+		r.seededMu.Unlock()
+		r.log.Debug("reindex: seeded versions read", "docs", n, "ms", time.Since(t).Milliseconds())
+	}()
+	return p
+}
+
+// prepared returns the tombstones the seed leaves out once the look-ups
+// of startSeedPrep are done, starting them now when the dual-write wait did
+// not (a resumed run).
+func (r *Reindexer) prepared(ctx context.Context, source string, versions bool) ([]string, error) {
+	p := r.prep
+	if p == nil {
+		p = r.startSeedPrep(ctx, source, versions, false)
+		r.prep = p
+	}
+	t := time.Now()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		<-p.done // it ends with ctx
+		return nil, context.Cause(ctx)
+	}
+	r.log.Debug("reindex: seed look-ups done", "waited_ms", time.Since(t).Milliseconds())
+	if p.err != nil {
+		return nil, p.err
+	}
+	if r.hooks.beforeCopy != nil {
+		r.hooks.beforeCopy()
+	}
+	return p.skip, nil
 }

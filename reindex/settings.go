@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/searchsync/searchsync/mapping"
 )
 
@@ -20,11 +22,27 @@ func (r *Reindexer) restoreSettings(ctx context.Context, source string) error {
 	if ownsReplicas(r.cfg.Def) {
 		settings["number_of_replicas"] = defSetting(r.cfg.Def, "number_of_replicas")
 	}
-	if err := r.adm.PutSettings(ctx, r.target, settings); err != nil {
-		return fmt.Errorf("reindex: %w", err)
-	}
-	if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
-		return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+	// Both at once: the refresh makes every write so far searchable
+	// whatever the interval, and the settings update waits for the
+	// cluster state, not for the shard.
+	t := time.Now()
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := r.adm.PutSettings(ctx, r.target, settings); err != nil {
+			return fmt.Errorf("reindex: %w", err)
+		}
+		r.log.Debug("reindex: settings put back", "ms", time.Since(t).Milliseconds())
+		return nil
+	})
+	g.Go(func() error {
+		if err := r.cfg.Engine.Refresh(ctx, r.target); err != nil {
+			return fmt.Errorf("reindex: refresh %s: %w", r.target, err)
+		}
+		r.log.Debug("reindex: target refreshed", "ms", time.Since(t).Milliseconds())
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if ownsReplicas(r.cfg.Def) && replicasWanted(r.cfg.Def) == 0 {
 		return nil // no replicas to wait for: the primary is active, it was written to
