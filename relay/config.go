@@ -31,9 +31,11 @@ type Config struct {
 	// aggregate into one write and cost fewer round trips per event. Equal
 	// to BatchSize: every claim takes BatchSize. Default 8 × BatchSize.
 	MaxBatchSize int
-	// InFlight is the most batches delivered at once while claims come back
-	// full (see the package doc); batches in flight never share an
-	// aggregate, and consumers must take concurrent Deliver calls. 1 delivers
+	// InFlight is the most batches delivered at once: while claims come
+	// back full, and without a backlog, where the relay claims beside the
+	// batches in flight as events come (see the package doc); batches in
+	// flight never share an aggregate, and consumers must take concurrent
+	// Deliver calls. 1 delivers
 	// one batch at a time (its claim and ack still run beside the
 	// neighbouring deliveries). Default 2.
 	InFlight int
