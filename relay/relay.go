@@ -532,10 +532,10 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 	}()
 }
 
-// settle acks delivered batches until at most n batches
-// are not acked yet (being delivered, or delivered and waiting for their
-// ack); with n < 0 it waits for every ack. It returns the first ack error
-// (those events are delivered again).
+// settle acks delivered batches until at most n batches are not acked yet
+// (being delivered, or delivered and waiting for their ack); with n < 0 it
+// waits for every ack. It returns the first ack error (those events are
+// delivered again).
 func (r *Relay) settle(ctx context.Context, n int) error {
 	var first error
 	for {
