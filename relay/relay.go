@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -822,6 +823,18 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 		nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows)}
 }
 
+// dispatchedOnly reports that every outcome is dispatched, without an
+// error to record, and that no event had delivery rows: ackDispatchedSQL
+// writes them.
+func dispatchedOnly(acks []ackRow) bool {
+	for _, a := range acks {
+		if a.outcome != "dispatched" || a.lastError != "" || a.hadRows || len(a.rows) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func nonNil[T any](s []T) []T {
 	if s == nil {
 		return []T{}
@@ -847,15 +860,24 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 		return nil
 	}
 	n := len(acks)
-	args := r.ackArgs(c, acks)
+	q, args := r.q.ack, r.ackArgs(c, acks)
+	if dispatchedOnly(acks) {
+		// instance, lease partitions and epochs, ids, partitions,
+		// claimed attempts, new attempts
+		q, args = r.q.ackDispatched, []any{args[0], args[1], args[2], args[3], args[4], args[5], args[9]}
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
 	defer cancel()
 	bo := newWaitBackoff()
 	for {
 		var affected int64
-		br := r.pool.SendBatch(actx, withoutJIT(r.q.ack, args...))
+		br := r.pool.SendBatch(actx, withoutJIT(q, args...))
 		_, err := br.Exec()
-		if err == nil {
+		if err == nil && q == r.q.ackDispatched {
+			var tag pgconn.CommandTag
+			tag, err = br.Exec()
+			affected = tag.RowsAffected()
+		} else if err == nil {
 			err = br.QueryRow().Scan(&affected)
 		}
 		err = errors.Join(err, br.Close())

@@ -203,6 +203,27 @@ del AS (
 )
 SELECT count(*) FROM upd`
 
+// ackDispatchedSQL is ackSQL for the common batch: every outcome is
+// dispatched, without an error to record, and no event had delivery rows.
+// The same rows change the same way ($1…$3 as for ackSQL; $4 ids, $5
+// partitions, $6 claimed attempts, $7 new attempts); the outcome, error and
+// delay columns, the CASEs over them and the delivery-row statements are
+// left out. The count of updated rows is the command tag's.
+const ackDispatchedSQL = `
+WITH lease AS (
+	SELECT l.partition FROM {s}.aa_relay_lease l
+	WHERE l.owner = $1 AND l.expires_at > now()
+	  AND (l.partition, l.epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))
+	FOR SHARE
+),
+o AS (
+	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::int[]) AS o(id, part, attempts, new_attempts)
+	WHERE o.part IN (SELECT partition FROM lease)
+)
+UPDATE {s}.aa_outbox_event e SET status = 'dispatched', attempts = o.new_attempts, dispatched_at = now()
+FROM o
+WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts`
+
 // Consumer pause statements ($1 is always the consumer).
 const (
 	// releaseHeldSQL makes the next $2 events held for consumer $1 (by id)
@@ -322,7 +343,7 @@ type queries struct {
 	// claims are the claim statements by batch size, smallest first
 	// (Config.BatchSize, doubling up to Config.MaxBatchSize).
 	claims                                                []claimSet
-	ack                                                   string
+	ack, ackDispatched                                    string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 	releaseAll                                            string
@@ -356,6 +377,7 @@ func newQueries(schema string, partitions, batch, maxBatch int) queries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(), "{partitions}", strconv.Itoa(partitions))
 	q := queries{
 		ack:                 r.Replace(ackSQL),
+		ackDispatched:       r.Replace(ackDispatchedSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),
 		trimPartitions:      r.Replace(trimPartitionsSQL),
