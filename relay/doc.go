@@ -100,9 +100,10 @@
 // otherwise each gets a delivery row and the outbox row summarises them
 // (dispatched when all have it, failed when one parked it and none still owes
 // it, pending otherwise). All outcomes of a batch are written by one statement
-// (an UPDATE … FROM unnest(…) with the delivery rows in data-modifying CTEs),
-// which applies only to rows still pending with the attempts they were
-// claimed with.
+// (an UPDATE … FROM unnest(…) with the delivery rows in data-modifying CTEs;
+// a leaner one without them when every outcome is dispatched, without an
+// error or delivery rows), which applies only to rows still pending with the
+// attempts they were claimed with.
 //
 // # Outages pause a consumer
 //
