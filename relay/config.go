@@ -63,7 +63,8 @@ type Config struct {
 	Routes []Route
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
-	// OnBatch, when set, is called after every batch with its figures.
+	// OnBatch, when set, is called after every batch with its figures, in
+	// the order the batches were claimed.
 	OnBatch func(BatchStats)
 }
 

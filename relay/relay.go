@@ -37,6 +37,10 @@ type Relay struct {
 	// batches claimed and not acked yet, oldest first. Worker goroutine only.
 	next   *prefetch
 	window []*flight
+	// claimed holds the batches not recorded yet, in claim order: they are
+	// recorded (stats, Config.OnBatch) in that order, once every older one
+	// is, although their acks end in any order. Worker goroutine only.
+	claimed []*flight
 	// skipBehind counts batches delivered without a claim beside them,
 	// after such a claim found little to do.
 	skipBehind int
@@ -289,7 +293,7 @@ func (r *Relay) step(ctx context.Context) (acked bool, err error) {
 	kept := r.window[:0]
 	for _, f := range r.window {
 		if f.acked != nil && closed(f.acked) {
-			r.batchDone(f.bs, f.acks, f.end)
+			f.done = true
 			if f.ackErr != nil && err == nil {
 				err = f.ackErr
 			}
@@ -303,6 +307,13 @@ func (r *Relay) step(ctx context.Context) (acked bool, err error) {
 	}
 	clear(r.window[len(kept):])
 	r.window = kept
+	n := 0
+	for n < len(r.claimed) && r.claimed[n].done {
+		f := r.claimed[n]
+		r.batchDone(f.bs, f.acks, f.end)
+		n++
+	}
+	r.claimed = slices.Delete(r.claimed, 0, n)
 	if acked {
 		r.reclaim = true
 		r.syncInflight()
@@ -361,6 +372,7 @@ type flight struct {
 	acked     chan struct{} // closed when the ack returned (ackErr, end set); nil until it started
 	ackErr    error
 	end       time.Time // when the ack returned
+	done      bool      // the worker saw the ack return (it left the window)
 }
 
 // batch starts delivering one batch and acks what is delivered. full
@@ -511,6 +523,7 @@ func (r *Relay) claimedAt(t time.Time) {
 func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, held []bool, bs BatchStats) {
 	f := &flight{c: c, evs: evs, bs: bs, delivered: make(chan struct{})}
 	r.window = append(r.window, f)
+	r.claimed = append(r.claimed, f)
 	r.syncInflight()
 	// Deliver even if ctx is cancelled now: the batch in flight finishes
 	// within the grace period, then is abandoned.
