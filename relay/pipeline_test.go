@@ -33,6 +33,8 @@ type orderChecker struct {
 	bad      int
 	inFlight atomic.Int32 // Deliver calls running at once
 	maxCalls atomic.Int32
+	overlap  chan struct{} // closed when two Deliver calls ran at once
+	once     sync.Once
 }
 
 func (c *orderChecker) Name() string { return "order" }
@@ -46,9 +48,17 @@ func (c *orderChecker) Deliver(_ context.Context, events []*outbox.Event) []sink
 			break
 		}
 	}
-	// A consumer that takes a moment, longer than a claim beside it even
-	// on a loaded machine, so that deliveries overlap.
-	time.Sleep(25 * time.Millisecond)
+	if n > 1 {
+		c.once.Do(func() { close(c.overlap) })
+	}
+	// A consumer that takes a moment, so that deliveries overlap; until
+	// two ran at once it waits for the second (at most 10 s: a claim
+	// beside it on a loaded machine may take longer than a moment).
+	select {
+	case <-c.overlap:
+		time.Sleep(25 * time.Millisecond)
+	case <-time.After(10 * time.Second):
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]sink.Outcome, len(events))
@@ -116,7 +126,7 @@ func TestPipelinedBatchesKeepTheOrderThroughRetries(t *testing.T) {
 		}
 		last[aggOf[i]] = id
 	}
-	c := &orderChecker{t: t, prev: prev, next: next, ok: map[int64]bool{}, tried: map[int64]bool{},
+	c := &orderChecker{t: t, prev: prev, next: next, ok: map[int64]bool{}, tried: map[int64]bool{}, overlap: make(chan struct{}),
 		firstTry: func(id int64) bool { return id%23 == 3 }}
 
 	var pipelined atomic.Int64
