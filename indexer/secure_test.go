@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,16 +145,21 @@ func TestSecuredOpenSearchMissingPrivilege(t *testing.T) {
 	}
 }
 
-// answered calls f until its error is something other than a timeout (on a
-// loaded machine the secured node's TLS handshake, or its answer, can take
-// longer than the client waits), for up to a minute, and returns the last
-// error: what the engine answered, or the timeout if it never did.
+// answered calls f until its error is something other than a timeout or a
+// dropped connection (on a loaded machine the secured node's TLS handshake,
+// or its answer, can take longer than the client waits, and the node may
+// close a connection before it answers), for up to a minute, and returns the
+// last error: what the engine answered, or the timeout if it never did.
 func answered(ctx context.Context, f func(context.Context) error) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := f(ctx)
 		var ne net.Error
-		if !errors.As(err, &ne) || !ne.Timeout() || ctx.Err() != nil || time.Now().After(deadline) {
+		timeout := errors.As(err, &ne) && ne.Timeout()
+		// A connection the loaded node closed before it answered (EOF,
+		// reset) says nothing about the TLS or auth settings either.
+		dropped := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+		if !(timeout || dropped) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 	}
