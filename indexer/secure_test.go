@@ -159,7 +159,7 @@ func answered(ctx context.Context, f func(context.Context) error) error {
 		// A connection the loaded node closed before it answered (EOF,
 		// reset) says nothing about the TLS or auth settings either.
 		dropped := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
-		if !(timeout || dropped) || ctx.Err() != nil || time.Now().After(deadline) {
+		if (!timeout && !dropped) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 	}
