@@ -166,11 +166,14 @@ func TestTimeoutIsUnavailable(t *testing.T) {
 	if d := time.Since(start); d > 1200*time.Millisecond {
 		t.Fatalf("Deliver of 5 events took %s with a 300ms timeout; want one timeout", d)
 	}
-	// The request may reach the handler after the client gave up on it (a
-	// loaded machine): wait for it, then there must be no other.
-	testenv.Eventually(t, 10*time.Second, func() bool { return len(rc.requests()) >= 1 }, "the request reaches the receiver")
-	if n := len(rc.requests()); n != 1 {
-		t.Fatalf("receiver saw %d requests, want 1", n)
+	// The request may reach the handler after the client gave up on it, or
+	// never (on a loaded machine the 300 ms can pass before it is written):
+	// wait for it for a while, then there must be no other.
+	for deadline := time.Now().Add(10 * time.Second); len(rc.requests()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(rc.requests()); n > 1 {
+		t.Fatalf("receiver saw %d requests, want at most 1", n)
 	}
 }
 
