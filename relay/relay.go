@@ -874,7 +874,8 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 	}
 	n := len(acks)
 	q, args := r.q.ack, r.ackArgs(c, acks)
-	if dispatchedOnly(acks) {
+	lean := dispatchedOnly(acks)
+	if lean {
 		// instance, lease partitions and epochs, ids, partitions,
 		// claimed attempts, new attempts
 		q, args = r.q.ackDispatched, []any{args[0], args[1], args[2], args[3], args[4], args[5], args[9]}
@@ -886,7 +887,7 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 		var affected int64
 		br := r.pool.SendBatch(actx, withoutJIT(q, args...))
 		_, err := br.Exec()
-		if err == nil && q == r.q.ackDispatched {
+		if err == nil && lean {
 			var tag pgconn.CommandTag
 			tag, err = br.Exec()
 			affected = tag.RowsAffected()

@@ -154,13 +154,7 @@ const eventColumns = partitionExpr + ` AS part,
 // for events whose consumers went different ways; they are written only for
 // events whose outbox row was updated, and the rows of events dispatched now
 // ($17: the ids that had rows) are deleted.
-const ackSQL = `
-WITH lease AS (
-	SELECT l.partition FROM {s}.aa_relay_lease l
-	WHERE l.owner = $1 AND l.expires_at > now()
-	  AND (l.partition, l.epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))
-	FOR SHARE
-),
+const ackSQL = ackLeaseCTE + `
 o AS (
 	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::text[], $8::text[], $9::bigint[], $10::int[])
 	         AS o(id, part, attempts, outcome, last_error, delay_ms, new_attempts)
@@ -203,19 +197,24 @@ del AS (
 )
 SELECT count(*) FROM upd`
 
+// ackLeaseCTE locks the acker's lease rows FOR SHARE ($1 owner, $2/$3 the
+// partitions and epochs it claimed under): both acks write only where it
+// still holds them.
+const ackLeaseCTE = `
+WITH lease AS (
+	SELECT l.partition FROM {s}.aa_relay_lease l
+	WHERE l.owner = $1 AND l.expires_at > now()
+	  AND (l.partition, l.epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))
+	FOR SHARE
+),`
+
 // ackDispatchedSQL is ackSQL for the common batch: every outcome is
 // dispatched, without an error to record, and no event had delivery rows.
 // The same rows change the same way ($1…$3 as for ackSQL; $4 ids, $5
 // partitions, $6 claimed attempts, $7 new attempts); the outcome, error and
 // delay columns, the CASEs over them and the delivery-row statements are
 // left out. The count of updated rows is the command tag's.
-const ackDispatchedSQL = `
-WITH lease AS (
-	SELECT l.partition FROM {s}.aa_relay_lease l
-	WHERE l.owner = $1 AND l.expires_at > now()
-	  AND (l.partition, l.epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))
-	FOR SHARE
-),
+const ackDispatchedSQL = ackLeaseCTE + `
 o AS (
 	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::int[]) AS o(id, part, attempts, new_attempts)
 	WHERE o.part IN (SELECT partition FROM lease)
