@@ -29,15 +29,21 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 	for i := range inFlight {
 		inFlight[i] = uuid.New()
 	}
+	passed := make([]int64, 2000)
+	for i := range passed {
+		passed[i] = int64(i + 1)
+	}
 	for name, c := range map[string]struct {
-		sql  string
-		args []any
+		sql    string
+		args   []any
+		behind bool
 	}{
-		"claim":                    {q.all, []any{[]string{}, []string{"a"}}},
-		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}}},
-		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}}},
+		"claim":                    {q.all, []any{[]string{}, []string{"a"}}, false},
+		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}}, false},
+		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}}, true},
+		"claim passing delivered":  {q.allBehind, []any{inFlight[:50], passed, []string{}, []string{"a"}}, true},
 	} {
-		br := db.Pool.SendBatch(ctx, claimBatch("EXPLAIN (FORMAT JSON) "+c.sql, c.args))
+		br := db.Pool.SendBatch(ctx, claimBatch("EXPLAIN (FORMAT JSON) "+c.sql, c.args, c.behind))
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			t.Fatal(err)

@@ -62,17 +62,33 @@
 // flight, and claims again after every ack (the next events of that batch's
 // aggregates may be claimable now): an event waits for no batch but one that
 // holds its aggregate. A claim made while batches are unacked leaves out
-// every aggregate of those batches (by aggregate id; their events stay
-// pending until the ack commits, and their next events must wait for its
-// outcomes) and looks at the first 4 × its batch size pending events only, so
-// that a backlog held by a few hot aggregates is not read whole to find
-// nothing; for every other aggregate no unacked outcome can change what is
-// deliverable, so such a claim is as correct as one made after the acks. Per
-// aggregate nothing changes: events in id order, never in two batches at
-// once. Consumers get concurrent Deliver calls, for different aggregates. A
-// short claim beside deliveries is not taken for a drained outbox (the next
-// claim, after the acks, is a full one), and after one that found little the
-// relay claims after the acks for a few batches.
+// every aggregate of those batches that is still being delivered or has an
+// outcome to wait for (by aggregate id; their events stay pending until the
+// ack commits, and their next events must wait for its outcomes) and looks
+// at the first 4 × its batch size pending events only, so that a backlog
+// held by a few hot aggregates is not read whole to find nothing; for every
+// other aggregate no unacked outcome can change what is deliverable, so such
+// a claim is as correct as one made after the acks.
+//
+// An aggregate whose events in a delivered batch all went to every routed
+// consumer (dispatched or skipped, nothing else to write) is passed: the
+// claim leaves out only those events (by id), so its next events are claimed
+// and delivered while that batch's ack runs. With a backlog the relay claims
+// as soon as the deliveries end (not after the acks), and while none is
+// running it claims again when a delivery ends; so a few hot aggregates no
+// longer wait for every ack. The order is the one a single batch holding
+// both runs would give: the next events go out after the earlier ones were
+// delivered, and after a crash the next owner delivers the run again from
+// its first unacked event. The ack of a batch that passed others starts only
+// after theirs returned, and is abandoned (its events delivered again) unless
+// they recorded every outcome, so a later event is never recorded dispatched
+// while an earlier one of its aggregate stays pending.
+//
+// Per aggregate nothing changes: events in id order, never in two
+// deliveries at once. Consumers get concurrent Deliver calls, for different
+// aggregates. A short claim beside deliveries is not taken for a drained
+// outbox (the next claim, after the acks, is a full one), and after one that
+// found little the relay claims after the deliveries for a few batches.
 //
 // # Batch size
 //

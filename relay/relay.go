@@ -49,8 +49,9 @@ type Relay struct {
 	// flight as soon as events come and a delivery slot is free. Worker
 	// goroutine only.
 	backlog bool
-	// reclaim says an ack returned after the last claim started: the next
-	// events of its aggregates may be claimable. Worker goroutine only.
+	// reclaim says a delivery or an ack ended after the last claim
+	// started: the next events of its aggregates may be claimable. Worker
+	// goroutine only.
 	reclaim bool
 	// level is the batch size the next claim takes (an index of q.claims):
 	// it grows while claims come back full (see Config.MaxBatchSize).
@@ -238,9 +239,10 @@ func (r *Relay) work(ctx context.Context) {
 }
 
 // idle waits until there may be something to claim: a NOTIFY, the poll, a
-// change of leases, a retry this relay scheduled falling due, or the ack of
-// a batch in flight (the next events of its aggregates may be claimable
-// now). Meanwhile it acks the batches in flight as their deliveries end.
+// change of leases, a retry this relay scheduled falling due, or the end of
+// a delivery or an ack of a batch in flight (the next events of its
+// aggregates may be claimable now). Meanwhile it acks the batches in flight
+// as their deliveries end.
 func (r *Relay) idle(ctx context.Context, poll *time.Timer) error {
 	if r.reclaim {
 		return nil
@@ -272,7 +274,9 @@ func (r *Relay) idle(ctx context.Context, poll *time.Timer) error {
 		case <-poll.C:
 			return nil
 		case <-r.moved:
-			if acked, err := r.step(ctx); acked || err != nil {
+			// An ack returned, or a delivery ended: the next events of
+			// that batch's aggregates may be claimable (see unacked).
+			if _, err := r.step(ctx); err != nil || r.reclaim {
 				return err
 			}
 		}
@@ -301,7 +305,18 @@ func (r *Relay) step(ctx context.Context) (acked bool, err error) {
 			continue
 		}
 		if f.acked == nil && closed(f.delivered) {
-			r.startAck(ctx, f)
+			switch ready, clean := passedAcked(f); {
+			case !ready:
+				// An older batch it passed is not acked yet: its ack,
+				// when it returns, signals.
+			case !clean:
+				r.abandon(f)
+			default:
+				r.startAck(ctx, f)
+				// The next events of the aggregates it passes may be
+				// claimable now (see unacked).
+				r.reclaim = true
+			}
 		}
 		kept = append(kept, f)
 	}
@@ -319,6 +334,31 @@ func (r *Relay) step(ctx context.Context) (acked bool, err error) {
 		r.syncInflight()
 	}
 	return acked, err
+}
+
+// passedAcked reports whether the acks of the batches f passed returned
+// (ready) and recorded every outcome (clean).
+func passedAcked(f *flight) (ready, clean bool) {
+	clean = true
+	for _, p := range f.after {
+		if p.acked == nil || !closed(p.acked) {
+			return false, false
+		}
+		clean = clean && p.clean
+	}
+	return true, clean
+}
+
+// abandon gives up the ack of f, whose events are delivered again: a batch
+// it passed did not record its outcomes (its ack failed, or the lease was
+// lost), and f must not record a later event of an aggregate as dispatched
+// while an earlier one stays pending.
+func (r *Relay) abandon(f *flight) {
+	f.acked = make(chan struct{})
+	f.ackErr = fmt.Errorf("relay: %d outcomes not recorded (they will be delivered again): an earlier batch of their aggregates was not acked", len(f.acks))
+	f.end = time.Now()
+	close(f.acked)
+	r.signal()
 }
 
 func closed(c <-chan struct{}) bool {
@@ -358,6 +398,7 @@ type prefetch struct {
 	done  chan struct{} // closed when evs, err and took are set
 	evs   []claimed
 	held  []bool
+	after []*flight // the batches the claim passed
 	err   error
 	took  time.Duration
 }
@@ -373,6 +414,11 @@ type flight struct {
 	ackErr    error
 	end       time.Time // when the ack returned
 	done      bool      // the worker saw the ack return (it left the window)
+	// after holds the older batches this one passed (see Relay.unacked):
+	// its ack starts once theirs returned, and is abandoned (its events
+	// delivered again) unless each of them recorded every outcome (clean).
+	after []*flight
+	clean bool // set before acked is closed
 }
 
 // batch starts delivering one batch and acks what is delivered. full
@@ -395,11 +441,12 @@ type flight struct {
 // two batches at once.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	var (
-		c    claimable
-		evs  []claimed
-		held []bool
-		bs   BatchStats
-		size int // of the claim that got evs
+		c     claimable
+		evs   []claimed
+		held  []bool
+		after []*flight // the batches the claim passed (see unacked)
+		bs    BatchStats
+		size  int // of the claim that got evs
 	)
 	pipelined := false
 	beside := false // claimed beside batches in flight, without a backlog
@@ -416,7 +463,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			r.skipBehind = 8
 		}
 		if p.err == nil && len(p.evs) > 0 {
-			c, evs, held, size, pipelined = p.c, p.evs, p.held, p.size, true
+			c, evs, held, after, size, pipelined = p.c, p.evs, p.held, p.after, p.size, true
 			bs.Claim, bs.Pipelined = p.took, true
 		} else {
 			r.stats.claimNs.Add(int64(p.took))
@@ -424,19 +471,23 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	}
 	if !pipelined {
 		// Without a backlog, claim beside the batches in flight once a
-		// delivery slot is free. Otherwise (and when nothing is in flight)
-		// claim after the acks: a claim without exclusions must see every
-		// outcome written so far.
+		// delivery slot is free. With one (the claim beside the last
+		// delivery was skipped), claim once the deliveries ended, beside
+		// their acks: the claim passes the aggregates they delivered (see
+		// unacked). What is still unacked then is left out; a claim
+		// without exclusions (nothing unacked) sees every outcome written
+		// so far.
 		var x *exclusion
+		wait := r.settleDeliveries
 		if !r.backlog && len(r.window) > 0 {
-			if err := r.settle(ctx, r.cfg.InFlight-1); err != nil {
-				return false, err
-			}
-			if len(r.window) > 0 {
-				x, beside = r.unacked(), true
-			}
-		} else if err := r.settle(ctx, -1); err != nil {
+			wait = func(ctx context.Context) error { return r.settle(ctx, r.cfg.InFlight-1) }
+		}
+		if err := wait(ctx); err != nil {
 			return false, err
+		}
+		if len(r.window) > 0 {
+			x, after = r.unacked()
+			beside = true
 		}
 		c = r.leases.begin()
 		if len(c.parts) == 0 {
@@ -471,24 +522,27 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	full = pipelined || len(evs) >= size
 	r.backlog = full
 
-	r.startDelivery(ctx, c, evs, held, bs)
+	r.startDelivery(ctx, c, evs, held, after, bs)
 	if full && ctx.Err() == nil {
 		if r.skipBehind > 0 {
 			r.skipBehind--
 		} else if next := r.leases.begin(); len(next.parts) > 0 {
-			r.next = r.startClaim(ctx, next, r.unacked())
+			x, after := r.unacked()
+			r.next = r.startClaim(ctx, next, x, after)
 		}
 	}
 	// Claimed ahead: leave room for the next batch's delivery. No backlog:
 	// the idle loop acks the batches as they are delivered and claims
-	// beside them. Otherwise (stopping, or claiming after the acks for a
-	// while) finish everything.
+	// beside them. A backlog without a claim ahead: the next call claims
+	// once the deliveries ended. Stopping: finish everything.
 	limit := -1
 	switch {
 	case r.next != nil:
 		limit = r.cfg.InFlight - 1
 	case !full && ctx.Err() == nil:
 		limit = r.cfg.InFlight
+	case ctx.Err() == nil:
+		return full, nil
 	}
 	if err := r.settle(ctx, limit); err != nil {
 		return false, err
@@ -520,8 +574,8 @@ func (r *Relay) claimedAt(t time.Time) {
 }
 
 // startDelivery hands a batch to the consumers in the background.
-func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, held []bool, bs BatchStats) {
-	f := &flight{c: c, evs: evs, bs: bs, delivered: make(chan struct{})}
+func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, held []bool, after []*flight, bs BatchStats) {
+	f := &flight{c: c, evs: evs, bs: bs, after: after, delivered: make(chan struct{})}
 	r.window = append(r.window, f)
 	r.claimed = append(r.claimed, f)
 	r.syncInflight()
@@ -569,10 +623,33 @@ func (r *Relay) settle(ctx context.Context, n int) error {
 	}
 }
 
-// startClaim claims the next batch in the background, leaving out x.
-func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion) *prefetch {
+// settleDeliveries acks delivered batches until none is being delivered
+// and fewer than Config.InFlight are not acked yet. It returns the first
+// ack error (those events are delivered again).
+func (r *Relay) settleDeliveries(ctx context.Context) error {
+	var first error
+	for {
+		if _, err := r.step(ctx); err != nil && first == nil {
+			first = err
+		}
+		delivering := 0
+		for _, f := range r.window {
+			if !closed(f.delivered) {
+				delivering++
+			}
+		}
+		if delivering == 0 && len(r.window) < r.cfg.InFlight {
+			return first
+		}
+		<-r.moved
+	}
+}
+
+// startClaim claims the next batch in the background, leaving out x; after
+// is the batches it passes.
+func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion, after []*flight) *prefetch {
 	level := r.level
-	p := &prefetch{c: c, size: r.q.claims[level].size, start: time.Now(), done: make(chan struct{})}
+	p := &prefetch{c: c, size: r.q.claims[level].size, after: after, start: time.Now(), done: make(chan struct{})}
 	r.reclaim = false
 	go func() {
 		defer close(p.done)
@@ -590,18 +667,44 @@ func (r *Relay) startAck(ctx context.Context, f *flight) {
 		defer close(f.acked)
 		t := time.Now()
 		f.ackErr = r.ack(ctx, f.c, f.acks, &f.bs)
+		f.clean = f.ackErr == nil && f.bs.Fenced == 0
 		f.end = time.Now()
 		f.bs.Ack = f.end.Sub(t)
 	}()
 }
 
-// unacked is what a claim must leave out: the batches of the window.
-func (r *Relay) unacked() *exclusion {
-	batches := make([][]claimed, len(r.window))
-	for i, f := range r.window {
-		batches[i] = f.evs
+// unacked is what a claim must leave out while batches are not acked yet,
+// and the batches it passes, whose acks must return before its own starts.
+//
+// A batch still being delivered is left out by aggregate, and so is every
+// aggregate of a delivered batch with an event that not every routed
+// consumer has (a retry, a failure, a paused consumer, delivery rows): its
+// next events must wait for the ack's outcomes. An aggregate whose events in
+// a delivered batch are all dispatched or skipped, with nothing else to
+// write, is passed: only those events are left out (by id), and its next
+// events can be claimed and delivered while that ack runs.
+//
+// Why the order holds: the next events go out after the earlier ones were
+// delivered, as they would within one batch holding both; after a crash the
+// next owner delivers the run again from its first unacked event, in order,
+// as it would for that batch. And no later event is recorded dispatched while
+// an earlier one stays pending: the ack of a batch waits for the acks of the
+// batches it passed, and is abandoned (its events delivered again) unless they
+// recorded every outcome (see abandon).
+func (r *Relay) unacked() (*exclusion, []*flight) {
+	// Empty, not nil: a NULL array would make <> ALL unknown for every row.
+	x := &exclusion{aggs: [][16]byte{}, ids: []int64{}}
+	var after []*flight
+	for _, f := range r.window {
+		if !closed(f.delivered) {
+			x.add(f.evs, nil)
+			continue
+		}
+		if x.add(f.evs, f.acks) {
+			after = append(after, f)
+		}
 	}
-	return excluding(batches...)
+	return x, after
 }
 
 // syncInflight marks in flight exactly the partitions of the batches not
@@ -714,19 +817,40 @@ type exclusion struct {
 	ids  []int64
 }
 
-func excluding(batches ...[]claimed) *exclusion {
-	// Empty, not nil: a NULL array would make <> ALL unknown for every row.
-	x := &exclusion{aggs: [][16]byte{}, ids: []int64{}}
-	for _, evs := range batches {
-		for i := range evs {
-			if e := &evs[i].ev; e.AggregateID == nil {
-				x.ids = append(x.ids, e.ID)
-			} else {
-				x.aggs = append(x.aggs, *e.AggregateID)
-			}
+// add leaves out the events of a batch: its aggregate-less events by id;
+// with its acks (a delivered batch), the events of an aggregate all of
+// whose events in it are passable by id too, reporting whether any were;
+// every other aggregate whole.
+func (x *exclusion) add(evs []claimed, acks []ackRow) (passed bool) {
+	ok := make(map[int64]bool, len(acks))
+	for _, a := range acks {
+		if passable(a) {
+			ok[a.id] = true
 		}
 	}
-	return x
+	stuck := map[[16]byte]bool{} // present: left out whole; true: not added yet
+	for i := range evs {
+		if e := &evs[i].ev; e.AggregateID != nil && !ok[e.ID] {
+			stuck[*e.AggregateID] = true
+		}
+	}
+	for i := range evs {
+		e := &evs[i].ev
+		if e.AggregateID == nil {
+			x.ids = append(x.ids, e.ID)
+			continue
+		}
+		if first, whole := stuck[*e.AggregateID]; whole {
+			if first {
+				x.aggs = append(x.aggs, *e.AggregateID)
+				stuck[*e.AggregateID] = false
+			}
+			continue
+		}
+		x.ids = append(x.ids, e.ID)
+		passed = true
+	}
+	return passed
 }
 
 // claim reads the next deliverable events of the claimable partitions, in id
@@ -756,7 +880,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 	args = append(args, names, r.cons.names)
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
-	br := r.pool.SendBatch(cctx, claimBatch(q, args))
+	br := r.pool.SendBatch(cctx, claimBatch(q, args, x != nil))
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, err
@@ -781,9 +905,18 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 // autovacuum not yet round) PostgreSQL takes the pending rows for a few and
 // plans to read and sort all of them instead: 280–470 ms per claim at 200,000
 // pending rows, against 2 ms for the walk. JIT: see withoutJIT.
-func claimBatch(q string, args []any) *pgx.Batch {
+//
+// A claim with exclusions (custom) is planned for its own arguments every
+// time, never with the prepared statement's generic plan: only then is the
+// <> ALL over thousands of left-out ids a hash probe per row instead of a
+// walk of the array.
+func claimBatch(q string, args []any, custom bool) *pgx.Batch {
 	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)")
+	if custom {
+		b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)")
+	} else {
+		b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)")
+	}
 	b.Queue(q, args...)
 	return b
 }
@@ -834,6 +967,13 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 	// unknown; keep every array typed and present.
 	return []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay, newAttempts,
 		nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows)}
+}
+
+// passable reports that an ack row records its event as dispatched or
+// skipped and nothing else: the next events of its aggregate may be
+// claimed before the ack commits (see unacked).
+func passable(a ackRow) bool {
+	return (a.outcome == "dispatched" || a.outcome == "skipped") && a.lastError == "" && !a.hadRows && len(a.rows) == 0
 }
 
 // dispatchedOnly reports that every outcome is dispatched, without an

@@ -99,9 +99,11 @@ const notBlocked = `
 
 // claimBehindSQL is the claim made while batches are still unacked (being
 // delivered, or their ack in flight). It leaves them out: every event of
-// their aggregates (aggregate ids {p1}) and their events without an
-// aggregate (ids {p2}); they stay pending until the ack commits, and an
-// aggregate's next events must wait for its outcomes. Matching the aggregate
+// their aggregates (aggregate ids {p1}), and by id ({p2}) their events
+// without an aggregate and those of the aggregates it passes (Relay.unacked:
+// delivered to every consumer, so the aggregate's next events may follow);
+// they stay pending until the ack commits, and the next events of every
+// other aggregate of theirs must wait for its outcomes. Matching the aggregate
 // id alone may hold back an aggregate of another type with the same id for
 // one batch, which costs nothing: a <> ALL over a uuid array is a cheap
 // filter (hashed in a custom plan), where an anti-join on an unnest of
