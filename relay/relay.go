@@ -449,7 +449,8 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		size  int // of the claim that got evs
 	)
 	pipelined := false
-	beside := false // claimed beside batches in flight, without a backlog
+	beside := false  // claimed beside batches in flight, leaving out x
+	var x *exclusion // what the claim left out (nil: nothing)
 	if p := r.next; p != nil {
 		r.next = nil
 		<-p.done
@@ -477,7 +478,6 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		// unacked). What is still unacked then is left out; a claim
 		// without exclusions (nothing unacked) sees every outcome written
 		// so far.
-		var x *exclusion
 		wait := r.settleDeliveries
 		if !r.backlog && len(r.window) > 0 {
 			wait = func(ctx context.Context) error { return r.settle(ctx, r.cfg.InFlight-1) }
@@ -508,7 +508,11 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		bs.Pipelined = beside
 	}
-	r.adapt(len(evs), size, pipelined || beside)
+	// A claim that left out whole aggregates may come back short because
+	// of them; one that left out only events by id (those passed, and
+	// those without an aggregate of batches in flight) tells the backlog
+	// as a claim without exclusions does.
+	r.adapt(len(evs), size, pipelined || (x != nil && len(x.aggs) > 0))
 	if len(evs) == 0 {
 		r.syncInflight()
 		return false, nil
@@ -527,8 +531,8 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		if r.skipBehind > 0 {
 			r.skipBehind--
 		} else if next := r.leases.begin(); len(next.parts) > 0 {
-			x, after := r.unacked()
-			r.next = r.startClaim(ctx, next, x, after)
+			nx, nafter := r.unacked()
+			r.next = r.startClaim(ctx, next, nx, nafter)
 		}
 	}
 	// Claimed ahead: leave room for the next batch's delivery. No backlog:
@@ -552,15 +556,15 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 
 // adapt sets the batch size of the next claims from a claim of size that
 // got n events: twice as large (at most Config.MaxBatchSize) after a full
-// one, while a backlog lasts; back to Config.BatchSize after a claim without
-// exclusions that found less than half of its size (the backlog is gone). A
-// short claim beside deliveries says nothing about the backlog (it left
-// the batches in flight out), so it changes nothing.
-func (r *Relay) adapt(n, size int, pipelined bool) {
+// one, while a backlog lasts; back to Config.BatchSize after a claim that
+// left out no aggregate and found less than half of its size (the backlog
+// is gone). A short claim that left out aggregates (hiding says so) says
+// nothing about the backlog, so it changes nothing.
+func (r *Relay) adapt(n, size int, hiding bool) {
 	switch {
 	case n >= size && size == r.q.claims[r.level].size && r.level < len(r.q.claims)-1:
 		r.level++
-	case !pipelined && n < size/2:
+	case !hiding && n < size/2:
 		r.level = 0
 	}
 }
