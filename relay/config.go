@@ -35,9 +35,11 @@ type Config struct {
 	// back full, and without a backlog, where the relay claims beside the
 	// batches in flight as events come (see the package doc); batches in
 	// flight never share an aggregate, and consumers must take concurrent
-	// Deliver calls. 1 delivers
-	// one batch at a time (its claim and ack still run beside the
-	// neighbouring deliveries). Default 2.
+	// Deliver calls. With a backlog, a claim made once the deliveries ended
+	// (past the aggregates they delivered, see the package doc) waits until
+	// fewer than InFlight batches are unacked. 1 delivers one batch at a
+	// time, and with a backlog claims after every ack (without one, its
+	// claims still run beside the acks). Default 2.
 	InFlight int
 	// PollInterval is the fallback wake-up when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration
