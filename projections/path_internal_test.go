@@ -1,10 +1,12 @@
 package projections
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // splitLookup and splitSetPath are Lookup and SetPath as they were, with
@@ -77,5 +79,28 @@ func TestLookupAndSetPathAsWithSplit(t *testing.T) {
 	doc := refDoc()
 	if n := testing.AllocsPerRun(100, func() { Lookup(doc, "a.b.c") }); n != 0 {
 		t.Errorf("Lookup allocates %.0f times", n)
+	}
+}
+
+// formatMicros writes what Format writes with its layout: times in and
+// around the fast path's years, in other zones, at every digit boundary.
+func TestFormatMicrosLikeFormat(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	zones := []*time.Location{time.UTC, time.FixedZone("east", 5*3600+30*60), time.FixedZone("west", -8*3600)}
+	times := []time.Time{
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 6, 15, 12, 0, 0, 0, time.UTC),
+		time.Date(1999, 12, 31, 23, 59, 59, 999, time.UTC),
+		time.Date(2026, 12, 1, 23, 13, 9, 123456789, time.UTC),
+	}
+	for range 10000 {
+		times = append(times, time.Unix(rng.Int64N(1<<36)-1<<35, rng.Int64N(1e9)).In(zones[rng.IntN(len(zones))]))
+	}
+	for _, tm := range times {
+		if got, want := formatMicros(tm), tm.UTC().Format(microsLayout); got != want {
+			t.Fatalf("formatMicros(%v) = %q, Format gives %q", tm, got, want)
+		}
 	}
 }
