@@ -609,40 +609,40 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 // waits for every ack. It returns the first ack error (those events are
 // delivered again).
 func (r *Relay) settle(ctx context.Context, n int) error {
-	var first error
-	for {
-		if _, err := r.step(ctx); err != nil && first == nil {
-			first = err
-		}
+	return r.settleUntil(ctx, func() bool {
 		waiting := 0
 		for _, f := range r.window {
 			if f.acked == nil {
 				waiting++
 			}
 		}
-		if len(r.window) == 0 || (n >= 0 && waiting <= n) {
-			return first
-		}
-		<-r.moved
-	}
+		return len(r.window) == 0 || (n >= 0 && waiting <= n)
+	})
 }
 
 // settleDeliveries acks delivered batches until none is being delivered
 // and fewer than Config.InFlight are not acked yet. It returns the first
 // ack error (those events are delivered again).
 func (r *Relay) settleDeliveries(ctx context.Context) error {
+	return r.settleUntil(ctx, func() bool {
+		for _, f := range r.window {
+			if !closed(f.delivered) {
+				return false
+			}
+		}
+		return len(r.window) < r.cfg.InFlight
+	})
+}
+
+// settleUntil steps the batches in flight until done holds, waiting for
+// each delivery or ack to end; it returns the first ack error.
+func (r *Relay) settleUntil(ctx context.Context, done func() bool) error {
 	var first error
 	for {
 		if _, err := r.step(ctx); err != nil && first == nil {
 			first = err
 		}
-		delivering := 0
-		for _, f := range r.window {
-			if !closed(f.delivered) {
-				delivering++
-			}
-		}
-		if delivering == 0 && len(r.window) < r.cfg.InFlight {
+		if done() {
 			return first
 		}
 		<-r.moved
