@@ -74,9 +74,9 @@
 // consumer (dispatched or skipped, nothing else to write) is passed: the
 // claim leaves out only those events (by id), so its next events are claimed
 // and delivered while that batch's ack runs. With a backlog the relay claims
-// as soon as the deliveries end (not after the acks), and while none is
-// running it claims again when a delivery ends; so a few hot aggregates no
-// longer wait for every ack. The order is the one a single batch holding
+// as soon as the deliveries end (not after the acks), and without one it
+// also claims when a delivery ends; so a few hot aggregates no longer wait
+// for every ack. The order is the one a single batch holding
 // both runs would give: the next events go out after the earlier ones were
 // delivered, and after a crash the next owner delivers the run again from
 // its first unacked event. The ack of a batch that passed others starts only
