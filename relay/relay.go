@@ -431,14 +431,14 @@ type flight struct {
 // backlog the relay claims as soon as events come (a NOTIFY) and fewer than
 // Config.InFlight batches are being delivered, beside the batches in flight,
 // so that an event waits for no other batch than one holding its aggregate;
-// after each ack it claims again, for the next events of that batch's
-// aggregates. A claim made while batches are unacked leaves out every
-// aggregate of those batches (their events stay pending until the ack
-// commits, and their next events must wait for its outcomes); for every other
-// aggregate nothing an unacked batch does can change what is deliverable, so
-// such a claim is exactly as correct as one made after the acks. Per
-// aggregate nothing changes: its events are delivered in id order, never in
-// two batches at once.
+// after each delivery and each ack it claims again, for the next events of
+// that batch's aggregates. A claim made while batches are unacked leaves out
+// what unacked decides: the aggregates still being delivered or with an
+// outcome to wait for, whole; the events of the aggregates it passes, by id.
+// For every other aggregate nothing an unacked batch does can change what is
+// deliverable, so such a claim is exactly as correct as one made after the
+// acks. Per aggregate nothing changes: its events are delivered in id order,
+// never in two deliveries at once.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	var (
 		c     claimable
@@ -522,7 +522,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	// A claim that left batches out may come back short because of them;
 	// only a full claim can tell that the outbox is drained. A short claim
 	// beside batches in flight, without a backlog, waits for the next
-	// NOTIFY or ack (the idle loop) instead.
+	// NOTIFY, delivery or ack (the idle loop) instead.
 	full = pipelined || len(evs) >= size
 	r.backlog = full
 
@@ -985,7 +985,7 @@ func passable(a ackRow) bool {
 // writes them.
 func dispatchedOnly(acks []ackRow) bool {
 	for _, a := range acks {
-		if a.outcome != "dispatched" || a.lastError != "" || a.hadRows || len(a.rows) > 0 {
+		if a.outcome != "dispatched" || !passable(a) {
 			return false
 		}
 	}
