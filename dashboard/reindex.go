@@ -63,7 +63,10 @@ type ReindexJob struct {
 	Rate float64 `json:"rate_per_s"`
 	ETA  string  `json:"eta,omitempty"`
 	// Waiting is why writes pause (the engine cannot take them).
-	Waiting    string     `json:"waiting,omitempty"`
+	Waiting string `json:"waiting,omitempty"`
+	// Owed is, in the verify phase, how many events the replay wrote that
+	// the live consumers have not delivered yet (the check waits for them).
+	Owed       int64      `json:"owed,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`

@@ -33,9 +33,13 @@
 //     older than what the target holds is a 409, which is correct. Passes
 //     repeat up to the watermark (the max id when a pass starts) until a pass
 //     finds less than a chunk of new events.
-//  5. Check: counts per group (entity type, tenant) through the alias
-//     filter, every id and version, a sample of sources (modulo fields whose
-//     mapping changed). Differences caused by writes in flight are re-read;
+//  5. Check: first the run waits until the search consumers of the alias
+//     (Config.Consumers) have delivered every pending event the replay
+//     wrote up to its watermark (Progress.Owed; it gives up when they
+//     deliver nothing of it for Config.CatchUpStall), so that the live
+//     index is not behind by the relay's lag. Then counts per group
+//     (entity type, tenant) through the alias filter, every id and
+//     version, a sample of sources (modulo fields whose mapping changed). Differences caused by writes in flight are re-read;
 //     what persists fails the reindex with a report, deletes the target and
 //     leaves the alias untouched.
 //  6. Swap: one atomic _aliases call (remove old, add new with the

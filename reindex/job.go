@@ -71,7 +71,10 @@ type Progress struct {
 	Rate           float64 `json:"rate_per_s"`   // docs/s of the current phase
 	// Waiting is why the writes pause while the engine cannot take them
 	// (a write block, no answer, not authorized); empty while writing.
-	Waiting   string    `json:"waiting,omitempty"`
+	Waiting string `json:"waiting,omitempty"`
+	// Owed is, before the check, how many events the replay wrote that the
+	// live consumers have not delivered yet.
+	Owed      int64     `json:"owed,omitempty"`
 	ETA       string    `json:"eta,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -300,6 +300,7 @@ func TestReindexUnderLoad(t *testing.T) {
 	testenv.Eventually(t, 2*time.Minute, func() bool { return b.undelivered() == 0 }, "the outbox drained")
 	stopProbe()
 	stopRelay()
+	b.logDeliveryLag()
 	t.Logf("probe: %d searches, %d failures %v", p.searches.Load(), p.failures.Load(), p.first)
 	if p.failures.Load() > 0 || p.searches.Load() < 100 {
 		t.Fatalf("probe: %d searches, %d failures: %v", p.searches.Load(), p.failures.Load(), p.first)
@@ -309,6 +310,20 @@ func TestReindexUnderLoad(t *testing.T) {
 	}
 	b.compareWith(v3, mapping.PhysicalName(ref.Alias, 1))
 	b.checkTruthPlus(v3, len(probeIDs))
+}
+
+// logDeliveryLag logs how long the relay took from commit to dispatch (a
+// relay far behind is what the reindex's check has to wait for).
+func (b *bundle) logDeliveryLag() {
+	b.t.Helper()
+	var p50, p99, most float64
+	err := b.db.Pool.QueryRow(b.ctx, `
+SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY s), 0), coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY s), 0), coalesce(max(s), 0)
+FROM (SELECT extract(epoch FROM dispatched_at - created_at)::float8 AS s FROM aa_outbox_event WHERE status = 'dispatched') d`).Scan(&p50, &p99, &most)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("delivery lag (commit to dispatch): p50 %.3fs, p99 %.3fs, max %.3fs", p50, p99, most)
 }
 
 // compareWith requires every document (tombstones included) of a to equal

@@ -35,6 +35,18 @@ type Config struct {
 	// of this type (its routes); events it does not want are not replayed.
 	// Default: every event a projection of the alias matches.
 	Wants func(eventType, aggregateType string) bool
+	// Consumers are the names of the search consumers that write the alias
+	// (with Wants, their routes). The completeness check first waits for
+	// them to deliver what the replay wrote (see CatchUpStall); an event
+	// whose consumers went different ways counts as delivered once none of
+	// these has a pending delivery row for it. Default: any consumer's
+	// pending row counts.
+	Consumers []string
+	// CatchUpStall is how long the check waits for the live consumers
+	// while they deliver nothing of what they still owe; then it checks
+	// anyway, and a failed check says how many events the live index
+	// lacked. Default 30s.
+	CatchUpStall time.Duration
 	// Owner names this process in aa_job.owner. Default NewOwner().
 	Owner string
 	// KeepOld is how long the old index is kept after the swap. Default 24h;
@@ -90,6 +102,7 @@ func (c *Config) setDefaults() {
 	c.BulkSize = cmp.Or(c.BulkSize, 1000)
 	c.Concurrency = cmp.Or(c.Concurrency, 2)
 	c.SampleSize = cmp.Or(c.SampleSize, 500)
+	c.CatchUpStall = cmp.Or(c.CatchUpStall, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -434,10 +447,15 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if r.cfg.beforeVerify != nil {
 		r.cfg.beforeVerify(r.target)
 	}
+	owed, err := r.catchUp(ctx, r.snapshot().Watermark)
+	if err != nil {
+		return nil, err
+	}
 	report, err := r.verify(ctx, job.Params.Source, r.target)
 	if err != nil {
 		return nil, err
 	}
+	report.Owed = owed
 	r.timings.Verify = time.Since(t3).Seconds()
 	if !report.OK {
 		return nil, &CheckError{Report: report}

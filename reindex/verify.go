@@ -44,6 +44,10 @@ type Report struct {
 	Ignored     []string `json:"ignored,omitempty"`
 	SourceDiffs []string `json:"source_diffs,omitempty"`
 	Seconds     float64  `json:"seconds"`
+	// Owed is how many events of the replay the live consumers had still
+	// not delivered when the check began (they had stopped delivering):
+	// the live index lacked them, so the counts were bound to differ.
+	Owed int64 `json:"owed,omitempty"`
 }
 
 // GroupCount is the count of one group in both indexes.
@@ -62,6 +66,9 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "completeness check %s: %s (old) vs %s (new)\n", verdict, r.Source, r.Target)
 	fmt.Fprintf(&b, "  documents: old %d, new %d; ids and versions compared: %d\n", r.OldTotal, r.NewTotal, r.Compared)
+	if r.Owed > 0 {
+		fmt.Fprintf(&b, "  the live consumers had not delivered %d events the replay wrote (is the relay running, a consumer paused?)\n", r.Owed)
+	}
 	for _, g := range r.Groups {
 		fmt.Fprintf(&b, "  count differs for %s=%s: old %d, new %d\n", strings.Join(r.GroupBy, "/"), g.Key, g.Old, g.New)
 	}

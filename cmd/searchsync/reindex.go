@@ -25,17 +25,18 @@ type ReindexCmd struct {
 
 // ReindexStartCmd is `searchsync reindex <alias>`.
 type ReindexStartCmd struct {
-	Alias       string        `arg:"" help:"The alias to rebuild (per_tenant indexes: <alias>_<tenant>)."`
-	DryRun      bool          `help:"Say what would be done (new index, definition changes, events to replay, documents to seed); change nothing."`
-	KeepOld     time.Duration `default:"24h" help:"Keep the old index this long after the swap (0: delete it right away)."`
-	Force       bool          `help:"Rebuild even when the live index matches the definition (after a projection change)."`
-	ClientSeed  bool          `help:"Copy the live documents through searchsync (scroll + bulk) instead of the engine's _reindex API."`
-	Resume      bool          `help:"Only resume an interrupted reindex (fail when there is none). Without it, an interrupted one is resumed too."`
-	StaleAfter  time.Duration `default:"15s" help:"A running reindex whose heartbeat is older than this is taken over."`
-	ChunkSize   int           `default:"5000" help:"Events read and coalesced at once."`
-	BulkSize    int           `default:"1000" help:"Documents per bulk request."`
-	Concurrency int           `default:"2" help:"Bulk requests in flight."`
-	JSON        bool          `help:"Print the plan or result as JSON."`
+	Alias        string        `arg:"" help:"The alias to rebuild (per_tenant indexes: <alias>_<tenant>)."`
+	DryRun       bool          `help:"Say what would be done (new index, definition changes, events to replay, documents to seed); change nothing."`
+	KeepOld      time.Duration `default:"24h" help:"Keep the old index this long after the swap (0: delete it right away)."`
+	Force        bool          `help:"Rebuild even when the live index matches the definition (after a projection change)."`
+	ClientSeed   bool          `help:"Copy the live documents through searchsync (scroll + bulk) instead of the engine's _reindex API."`
+	Resume       bool          `help:"Only resume an interrupted reindex (fail when there is none). Without it, an interrupted one is resumed too."`
+	StaleAfter   time.Duration `default:"15s" help:"A running reindex whose heartbeat is older than this is taken over."`
+	CatchUpStall time.Duration `default:"30s" help:"Before its check, wait for the relays to deliver what the replay wrote; give up when they deliver nothing of it this long."`
+	ChunkSize    int           `default:"5000" help:"Events read and coalesced at once."`
+	BulkSize     int           `default:"1000" help:"Documents per bulk request."`
+	Concurrency  int           `default:"2" help:"Bulk requests in flight."`
+	JSON         bool          `help:"Print the plan or result as JSON."`
 }
 
 // Run performs (or resumes) the reindex.
@@ -60,7 +61,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	var last time.Time
 	cfg := reindex.Config{
 		Pool: pool, Engine: eng, Def: def, Tenant: tenant, Projections: set,
-		Wants: searchRoutes(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, Force: c.Force, ClientSeed: c.ClientSeed,
+		Wants: searchRoutes(e.cfg, def.Alias), Consumers: searchConsumers(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, CatchUpStall: c.CatchUpStall, Force: c.Force, ClientSeed: c.ClientSeed,
 		ChunkSize: c.ChunkSize, BulkSize: c.BulkSize, Concurrency: c.Concurrency, Logger: e.logger,
 		OnProgress: func(p reindex.Progress) {
 			if time.Since(last) < 2*time.Second {
@@ -148,15 +149,10 @@ func reindexDef(cfg *config.Config, alias string) (*mapping.Def, string, error) 
 // alias: the events the live index received. nil (every event a projection
 // matches) when no search consumer names the alias.
 func searchRoutes(cfg *config.Config, alias string) func(eventType, aggregateType string) bool {
-	names := map[string]bool{}
-	for _, c := range cfg.Consumers {
-		if c.Type == "search" && c.Search != nil && slices.Contains(c.Search.Indexes, alias) {
-			names[c.Name] = true
-		}
-	}
+	names := searchConsumers(cfg, alias)
 	var routes []config.Route
 	for _, r := range cfg.Routes {
-		if names[r.Consumer] {
+		if slices.Contains(names, r.Consumer) {
 			routes = append(routes, r)
 		}
 	}
@@ -173,9 +169,24 @@ func searchRoutes(cfg *config.Config, alias string) func(eventType, aggregateTyp
 	}
 }
 
+// searchConsumers names the search consumers that write alias, in the
+// configuration's order.
+func searchConsumers(cfg *config.Config, alias string) []string {
+	var names []string
+	for _, c := range cfg.Consumers {
+		if c.Type == "search" && c.Search != nil && slices.Contains(c.Search.Indexes, alias) {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
 func progressLine(p reindex.Progress) string {
 	if p.Waiting != "" {
 		return p.Phase + ": waiting for the engine: " + p.Waiting
+	}
+	if p.Phase == reindex.PhaseVerify && p.Owed > 0 {
+		return fmt.Sprintf("verify: waiting for the live consumers to deliver %d events the replay wrote", p.Owed)
 	}
 	switch p.Phase {
 	case reindex.PhaseSeed:

@@ -47,11 +47,11 @@ func panelJob(j reindex.JobInfo) dashboard.ReindexJob {
 	}
 	pj := dashboard.ReindexJob{ID: j.ID, Alias: j.Alias, State: j.State, Phase: p.Phase, Source: j.Params.Source, Target: j.Params.Target,
 		DocsSeeded: p.DocsSeeded, DocsTotal: p.DocsTotal, LastID: p.LastID, Watermark: p.Watermark, OutboxHead: j.OutboxHead,
-		EventsReplayed: p.EventsReplayed, DocsWritten: p.DocsWritten, Rate: p.Rate, ETA: p.ETA, Waiting: p.Waiting,
+		EventsReplayed: p.EventsReplayed, DocsWritten: p.DocsWritten, Rate: p.Rate, ETA: p.ETA, Waiting: p.Waiting, Owed: p.Owed,
 		StartedAt: j.StartedAt, UpdatedAt: p.UpdatedAt, FinishedAt: j.FinishedAt, HeartbeatAgeSeconds: j.HeartbeatAge.Seconds(),
 		Owner: j.Owner, Error: j.Error}
 	if j.State != "running" {
-		pj.Rate, pj.ETA, pj.Waiting = 0, "", ""
+		pj.Rate, pj.ETA, pj.Waiting, pj.Owed = 0, "", "", 0
 	}
 	if j.Result != nil {
 		pj.Seconds, pj.NewIndex = j.Result.Seconds, j.Result.NewIndex

@@ -30,6 +30,7 @@ function reindexProgress(j) {
     else if (j.phase === "replay") what += ` · id ${j.last_id} of ${j.watermark || j.outbox_head} (head ${j.outbox_head})${pct} · ${j.events_replayed} events`;
     else what += " · " + docs;
     if (j.waiting) what += " · waiting: " + j.waiting;
+    if (j.owed) what += ` · waiting for the live consumers: ${j.owed} events`;
     const bar = j.percent === undefined || j.percent === null ? "" :
       `<span class="bar" data-percent="${esc(fmt(j.percent, 1))}"><span style="width:${esc(fmt(j.percent, 1))}%"></span></span>`;
     return bar + esc(what);
