@@ -32,6 +32,7 @@ func TestOnePoisonEventIsStuckNotBehind(t *testing.T) {
 
 	agg := uuid.New()
 	var poison int64
+	committing := time.Now() // the poison's age is at least time.Since(committing)
 	err := pgx.BeginFunc(context.Background(), w.db.Pool, func(tx pgx.Tx) error {
 		ids, err := outbox.NewWriter(outbox.WriterConfig{Schema: w.db.Schema}).Write(context.Background(), tx, outbox.Event{
 			EventType: "entity.customer.updated", AggregateType: "DDM_ENTITY", AggregateID: &agg,
@@ -48,12 +49,16 @@ func TestOnePoisonEventIsStuckNotBehind(t *testing.T) {
 		v, ok := w.metric("searchsync_consumer_blocked_aggregates", `consumer="search"`, `cause="failed"`)
 		return ok && v == 1
 	}, "the blocked figure shows the poison event")
-	// A lag that counted the poison would grow with the poison's age; one
-	// that does not stays with the lag of the consumers that have no poison
-	// (the machine's load moves those too, so the comparison is with them,
-	// not with a fixed figure).
+	// A lag that counted the poison would be at least the poison's age,
+	// and grow with it; one that does not stays with the lag of the
+	// consumers that have no poison (the machine's load moves those too, so
+	// the comparison is with them, not with a fixed figure). On a loaded
+	// machine the engine alone can hold search back a few seconds (a slow
+	// _bulk answered with a retry: its events then wait for search only);
+	// such a lag is below the poison's age, and it passes.
 	began := time.Now()
 	worst := 0.0
+	ahead := 0 // samples in which search lagged behind its peers
 	var lag map[string]float64
 	for time.Since(began) < 15*time.Second {
 		lag = map[string]float64{}
@@ -66,12 +71,24 @@ func TestOnePoisonEventIsStuckNotBehind(t *testing.T) {
 			worst = max(worst, v)
 		}
 		if peers := max(lag["hook"], lag["queue"]); lag["search"] > peers+2 {
-			t.Errorf("deliverable lag of search is %.2fs with one poison event, of its peers %.2fs", lag["search"], peers)
+			age := time.Since(committing).Seconds()
+			retries, _ := w.metric("searchsync_deliveries_total", `consumer="search"`, `outcome="retry"`)
+			t.Logf("deliverable lag of search is %.2fs, of its peers %.2fs; the poison is %.1fs old; search had %v retries",
+				lag["search"], peers, age, retries)
+			ahead++
+			// The figure is the sampler's (every 2 s, later on a busy
+			// machine): it may be a few seconds older than now.
+			if lag["search"] >= age-3 {
+				t.Errorf("deliverable lag of search (%.2fs) is the poison's age (%.1fs): the lag counts the poison", lag["search"], age)
+			}
 		}
 		if v, _ := w.metric("searchsync_consumer_blocked_aggregates", `consumer="hook"`, `cause="failed"`); v != 0 {
 			t.Errorf("the webhook shows %v blocked aggregates; the poison is the search consumer's", v)
 		}
 		time.Sleep(time.Second) // sampling the figures while traffic goes on
+	}
+	if ahead > 3 {
+		t.Errorf("search lagged behind its peers by more than 2 s in %d of the samples", ahead)
 	}
 	// The poison is visible where it belongs: blocked for 15 s and more,
 	// and no consumer's deliverable lag has that age.
