@@ -33,6 +33,9 @@ type Relay struct {
 	wake    chan struct{}
 	moved   chan struct{} // see Relay.signal
 	running atomic.Bool
+	// lastClaimed is the row count of the last claim: scanEvents makes room
+	// for as many at once.
+	lastClaimed atomic.Int64
 	// next is the claim running beside the deliveries; window holds the
 	// batches claimed and not acked yet, oldest first. Worker goroutine only.
 	next   *prefetch
@@ -750,46 +753,94 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 	return ctx, func() { stop(); cancel() }
 }
 
-// scanEvents reads a claim's rows (at most size; room for up to 256 is
-// made at once, so that a short claim of a large size costs little).
-func scanEvents(rows pgx.Rows, size int) ([]claimed, error) {
+// scanEvents reads a claim's rows (at most size). Room for hint rows (the
+// previous claim's count, at least 256) is made at once: a short claim of a
+// large size costs little, and a backlog's claims do not grow their slice
+// row by row.
+//
+// It allocates little per row, as it runs for every event: the scan
+// targets are declared once (passed to Scan as interfaces, each would
+// escape to the heap per row), the uuids come from slabs, and the event
+// and aggregate types and creators, few distinct values, are interned.
+func scanEvents(rows pgx.Rows, size, hint int) ([]claimed, error) {
 	defer rows.Close()
-	out := make([]claimed, 0, min(size, 256))
-	for rows.Next() {
-		var ce claimed
-		e := &ce.ev
+	out := make([]claimed, 0, min(size, max(256, hint)))
+	var (
+		part                   int32
+		id                     int64
+		schemaVersion          int
+		auditLogID             *int64
+		attempts               int
+		lastError              *string
+		availableAt, createdAt time.Time
 		// The payload as bytes: scanned into a json.RawMessage pgx would
 		// run it through json.Unmarshal (a validation the database did).
-		var payload []byte
-		var deliveries []byte
+		payload, deliveries []byte
 		// uuids as pgtype.UUID: a *uuid.UUID is scanned through
 		// sql.Scanner, from the value formatted as text and parsed back.
-		var tenant, agg, corr pgtype.UUID
-		if err := rows.Scan(&ce.part, &e.ID, &tenant, &e.EventType, &e.SchemaVersion, &e.AggregateType,
-			&agg, &e.AuditLogID, &corr, &payload, &e.Attempts, &e.LastError,
-			&e.AvailableAt, &e.CreatedAt, &e.CreatedBy, &deliveries, &ce.blocked); err != nil {
+		tenant, agg, corr pgtype.UUID
+		blocked           []string
+	)
+	// Text columns read from RawValues are left out of Scan (nil).
+	const eventType, aggregateType, createdBy = 3, 5, 14
+	dest := []any{&part, &id, &tenant, nil, &schemaVersion, nil, &agg, &auditLogID, &corr, &payload,
+		&attempts, &lastError, &availableAt, &createdAt, nil, &deliveries, &blocked}
+	var in interner
+	var slab []uuid.UUID
+	uuidOf := func(v pgtype.UUID) *uuid.UUID {
+		if !v.Valid {
+			return nil
+		}
+		if len(slab) == cap(slab) {
+			slab = make([]uuid.UUID, 0, 128)
+		}
+		slab = append(slab, v.Bytes)
+		return &slab[len(slab)-1]
+	}
+	for rows.Next() {
+		// Scan sets every target it is given; these are reset so that a
+		// NULL or a fresh slice never shares the previous row's.
+		auditLogID, lastError, payload, deliveries, blocked = nil, nil, nil, nil, nil
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
+		raw := rows.RawValues()
+		out = append(out, claimed{part: part, blocked: blocked})
+		ce := &out[len(out)-1]
+		e := &ce.ev
+		e.ID, e.SchemaVersion, e.AuditLogID, e.Payload = id, schemaVersion, auditLogID, payload
+		e.EventType, e.AggregateType, e.CreatedBy = in.of(raw[eventType]), in.of(raw[aggregateType]), in.of(raw[createdBy])
 		e.TenantID, e.AggregateID, e.CorrelationID = uuidOf(tenant), uuidOf(agg), uuidOf(corr)
-		e.Payload = payload
+		e.Attempts, e.LastError, e.AvailableAt, e.CreatedAt = attempts, lastError, availableAt, createdAt
+		e.Status = outbox.StatusPending
 		if len(deliveries) > 0 {
 			var err error
 			if ce.rows, err = parseDeliveries(deliveries); err != nil {
 				return nil, fmt.Errorf("event %d: delivery rows: %w", e.ID, err)
 			}
 		}
-		e.Status = outbox.StatusPending
-		out = append(out, ce)
 	}
 	return out, rows.Err()
 }
 
-func uuidOf(v pgtype.UUID) *uuid.UUID {
-	if !v.Valid {
-		return nil
+// interner hands out one string per distinct value, up to internMax
+// values (then a new string each time).
+type interner map[string]string
+
+const internMax = 256
+
+func (in *interner) of(b []byte) string {
+	if s, ok := (*in)[string(b)]; ok {
+		return s
 	}
-	u := uuid.UUID(v.Bytes)
-	return &u
+	s := string(b)
+	if *in == nil {
+		*in = make(interner, 8)
+	}
+	if len(*in) < internMax {
+		(*in)[s] = s
+	}
+	return s
 }
 
 // parseDeliveries reads the claim's JSON array of [consumer, state,
@@ -893,7 +944,8 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 	if err != nil {
 		return nil, nil, err
 	}
-	evs, err = scanEvents(rows, r.q.claims[level].size)
+	evs, err = scanEvents(rows, r.q.claims[level].size, int(r.lastClaimed.Load()))
+	r.lastClaimed.Store(int64(len(evs)))
 	if err != nil {
 		return nil, nil, err
 	}
