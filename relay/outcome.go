@@ -92,22 +92,24 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 	nc := len(cs.list)
 	held := slices.Clone(claimHeld)
 
-	// routed[i] lists the consumer indexes of event i; given[i] the ones it
-	// is handed to now (per consumer: not done or parked for it, not blocked
-	// before it, available, consumer not held).
+	// routed[i] lists the consumer indexes of event i (the lists share one
+	// slab: this runs for every event); perConsumer[ci] the events handed
+	// to consumer ci now (not done or parked for it, not blocked before it,
+	// available, consumer not held), perIndex[ci] their indexes.
 	routed := make([][]int, len(evs))
-	given := make([][]int, len(evs))
+	rslab := make([]int, 0, len(evs)*len(r.cfg.Routes))
 	perConsumer := make([][]*outbox.Event, nc)
 	perIndex := make([][]int, nc)
 	for i := range evs {
 		ce := &evs[i]
 		e := &ce.ev
+		r0 := len(rslab)
 		for ri, rt := range r.cfg.Routes {
 			ci := cs.ofRoute[ri]
-			if slices.Contains(routed[i], ci) || (rt.Match != nil && !rt.Match(e.EventType, e.AggregateType)) {
+			if slices.Contains(rslab[r0:], ci) || (rt.Match != nil && !rt.Match(e.EventType, e.AggregateType)) {
 				continue
 			}
-			routed[i] = append(routed[i], ci)
+			rslab = append(rslab, ci)
 			name := cs.name(ci)
 			if p, ok := ce.rows[name]; ok && (p.state != rowPending || p.wait > 0) {
 				continue
@@ -115,10 +117,14 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 			if held[ci] || slices.Contains(ce.blocked, name) {
 				continue
 			}
-			given[i] = append(given[i], ci)
+			if perConsumer[ci] == nil {
+				perConsumer[ci] = make([]*outbox.Event, 0, len(evs)-i)
+				perIndex[ci] = make([]int, 0, len(evs)-i)
+			}
 			perConsumer[ci] = append(perConsumer[ci], e)
 			perIndex[ci] = append(perIndex[ci], i)
 		}
+		routed[i] = rslab[r0:len(rslab):len(rslab)]
 	}
 
 	answers := make([]consumerAnswer, nc)
@@ -135,7 +141,8 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 	// about the consumers: nothing is paused and what did not get through
 	// is untouched.
 	cut := context.Cause(ctx) != nil
-	byEvent := make([]map[int]sink.Outcome, len(evs))
+	// Event i's answer from consumer ci is byEvent[i*nc+ci].
+	byEvent := make([]answer, len(evs)*nc)
 	for ci, idx := range perIndex {
 		a := &answers[ci]
 		for k, i := range idx {
@@ -143,10 +150,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 			if cut && !o.Kind.Delivered() {
 				o = sink.Outcome{}
 			}
-			if byEvent[i] == nil {
-				byEvent[i] = make(map[int]sink.Outcome, len(given[i]))
-			}
-			byEvent[i][ci] = o
+			byEvent[i*nc+ci] = answer{o, true}
 		}
 	}
 	if !cut {
@@ -164,7 +168,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 
 	acks := make([]ackRow, 0, len(evs))
 	for i := range evs {
-		if row, ok := r.eventAck(&evs[i], routed[i], byEvent[i], answers, held, bs); ok {
+		if row, ok := r.eventAck(&evs[i], routed[i], byEvent[i*nc:(i+1)*nc], answers, held, bs); ok {
 			acks = append(acks, row)
 		}
 	}
@@ -212,7 +216,14 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 
 // eventAck decides what one event's answers do to its rows. It returns false
 // when nothing is to be written.
-func (r *Relay) eventAck(ce *claimed, routed []int, answers map[int]sink.Outcome, consumers []consumerAnswer, held []bool, bs *BatchStats) (ackRow, bool) {
+// answer is a consumer's outcome for one event; given says that the event
+// was handed to it in this batch.
+type answer struct {
+	o     sink.Outcome
+	given bool
+}
+
+func (r *Relay) eventAck(ce *claimed, routed []int, answers []answer, consumers []consumerAnswer, held []bool, bs *BatchStats) (ackRow, bool) {
 	e := &ce.ev
 	row := ackRow{id: e.ID, part: ce.part, attempts: e.Attempts, newAttempts: e.Attempts, hadRows: ce.rows != nil}
 	if len(routed) == 0 {
@@ -220,7 +231,12 @@ func (r *Relay) eventAck(ce *claimed, routed []int, answers map[int]sink.Outcome
 		bs.Skipped++
 		return row, true
 	}
-	results := make([]result, len(routed))
+	var buf [4]result // routed to up to four consumers: no allocation
+	results := buf[:0]
+	if len(routed) > len(buf) {
+		results = make([]result, 0, len(routed))
+	}
+	results = results[:len(routed)]
 	for k, ci := range routed {
 		results[k] = r.consumerResult(ce, ci, answers, consumers[ci], held[ci])
 	}
@@ -310,7 +326,7 @@ func (r *Relay) eventAck(ce *claimed, routed []int, answers map[int]sink.Outcome
 }
 
 // consumerResult is what the batch did to event ce for consumer ci.
-func (r *Relay) consumerResult(ce *claimed, ci int, answers map[int]sink.Outcome, a consumerAnswer, held bool) result {
+func (r *Relay) consumerResult(ce *claimed, ci int, answers []answer, a consumerAnswer, held bool) result {
 	e := &ce.ev
 	name := r.cons.name(ci)
 	p, hasRow := ce.rows[name]
@@ -332,7 +348,7 @@ func (r *Relay) consumerResult(ce *claimed, ci int, answers map[int]sink.Outcome
 		}
 		return res
 	}
-	o, given := answers[ci]
+	o, given := answers[ci].o, answers[ci].given
 	if !given {
 		if held {
 			return hold()
