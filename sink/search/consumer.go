@@ -395,6 +395,7 @@ type target struct {
 	alias  string
 	id     string
 	steps  []step
+	buf    [2]step // steps' first room: most documents have one or two
 	failed bool
 
 	current    map[string]any
@@ -423,9 +424,12 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		}
 	})
 	stopped := map[aggregateKey]bool{}
-	targets := map[docKey]*target{}
+	targets := make(map[docKey]*target, len(events))
+	// Every target of the batch in one allocation (never more than events,
+	// so the slab never moves).
+	slab := make([]target, 0, len(events))
 	aliases := make([]string, len(events)) // the alias each event writes
-	var order []*target
+	order := make([]*target, 0, len(events))
 	for i, e := range events {
 		key, ok := aggregateOf(e)
 		if ok && stopped[key] {
@@ -452,7 +456,9 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		k := docKey{alias, res.ID}
 		t := targets[k]
 		if t == nil {
-			t = &target{def: def, alias: alias, id: res.ID}
+			slab = append(slab, target{def: def, alias: alias, id: res.ID})
+			t = &slab[len(slab)-1]
+			t.steps = t.buf[:0]
 			targets[k] = t
 			order = append(order, t)
 		}
@@ -759,7 +765,8 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 			ops[i], contrib[i], states[i] = fold(t, t.steps, projections.Clone(t.current), t.curVersion)
 		}
 	})
-	var writes []*pending
+	writes := make([]*pending, 0, len(order))
+	pendings := make([]pending, 0, len(order)) // every write's, in one allocation
 	for i, t := range order {
 		if t.failed {
 			continue
@@ -776,7 +783,8 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 			}
 			continue
 		}
-		writes = append(writes, &pending{t: t, op: op, contributed: contributed, state: states[i]})
+		pendings = append(pendings, pending{t: t, op: op, contributed: contributed, state: states[i]})
+		writes = append(writes, &pendings[len(pendings)-1])
 	}
 	if c.cfg.DisableCoalescing {
 		c.redoOneByOne(ctx, writes, out)
@@ -801,9 +809,9 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 // the alias, and returns one combined outcome per pending write.
 func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 	res := make([]sink.Outcome, len(writes))
-	var ops []indexer.BulkOp
-	var owner []int
-	var dual []bool // ops[j] is a write to a reindex target
+	ops := make([]indexer.BulkOp, 0, len(writes))
+	owner := make([]int, 0, len(writes))
+	dual := make([]bool, 0, len(writes)) // ops[j] is a write to a reindex target
 	for i, p := range writes {
 		if c.cfg.DualWrites != nil {
 			extra, err := c.cfg.DualWrites.For(ctx, p.t.alias)
