@@ -935,7 +935,11 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 	args = append(args, names, r.cons.names)
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
-	br := r.pool.SendBatch(cctx, claimBatch(q, args, x != nil))
+	br, release, err := r.sendBatch(cctx, claimBatch(q, args, x != nil))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, err
@@ -975,6 +979,18 @@ func claimBatch(q string, args []any, custom bool) *pgx.Batch {
 	}
 	b.Queue(q, args...)
 	return b
+}
+
+// sendBatch sends b on a connection of the pool, with the relay's array
+// encoders installed on it (fastArrays); release hands the connection back
+// once the results are closed.
+func (r *Relay) sendBatch(ctx context.Context, b *pgx.Batch) (br pgx.BatchResults, release func(), err error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	useFastArrays(conn.Conn().TypeMap())
+	return conn.SendBatch(ctx, b), conn.Release, nil
 }
 
 // withoutJIT runs a statement with JIT compilation disabled for its
@@ -1081,16 +1097,19 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 	bo := newWaitBackoff()
 	for {
 		var affected int64
-		br := r.pool.SendBatch(actx, withoutJIT(q, args...))
-		_, err := br.Exec()
-		if err == nil && lean {
-			var tag pgconn.CommandTag
-			tag, err = br.Exec()
-			affected = tag.RowsAffected()
-		} else if err == nil {
-			err = br.QueryRow().Scan(&affected)
+		br, release, err := r.sendBatch(actx, withoutJIT(q, args...))
+		if err == nil {
+			_, err = br.Exec()
+			if err == nil && lean {
+				var tag pgconn.CommandTag
+				tag, err = br.Exec()
+				affected = tag.RowsAffected()
+			} else if err == nil {
+				err = br.QueryRow().Scan(&affected)
+			}
+			err = errors.Join(err, br.Close())
+			release()
 		}
-		err = errors.Join(err, br.Close())
 		if err == nil {
 			r.countFenced(n, affected, bs)
 			return nil
