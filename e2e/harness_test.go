@@ -101,18 +101,29 @@ func (ep *endpoint) has(ids []int64) bool {
 
 // outOfOrder counts aggregates whose events first arrived out of id order.
 func (ep *endpoint) outOfOrder() int {
+	n, _ := ep.outOfOrderWhich()
+	return n
+}
+
+// outOfOrderWhich is outOfOrder with up to five of those aggregates, each
+// with its events' ids in the order they first arrived.
+func (ep *endpoint) outOfOrderWhich() (int, []string) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	bad := 0
-	for _, ids := range ep.order {
+	var which []string
+	for agg, ids := range ep.order {
 		for i := 1; i < len(ids); i++ {
 			if ids[i] < ids[i-1] {
+				if bad < 5 {
+					which = append(which, fmt.Sprintf("%s: %v", agg, ids))
+				}
 				bad++
 				break
 			}
 		}
 	}
-	return bad
+	return bad, which
 }
 
 // duplicatesOutside counts the events that arrived more than once and

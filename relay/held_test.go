@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
@@ -123,4 +124,76 @@ WHERE e.status = 'pending' AND e.available_at = `+outbox.HeldSQL+`
 	rc.checkOrder(t)
 	testenv.Eventually(t, 20*time.Second, func() bool { return countStatus(t, db, "dispatched") == 2 },
 		"both events dispatched")
+}
+
+// TestAnOrphanedHeldEventKeepsItsAggregateBehindIt: event 1's outbox row
+// is held while its hook row is available (the state a lost race leaves,
+// which the orphan sweep repairs once a minute), set up after the relay's
+// first sweep. No one claims event 1 in that state, so event 2 of its
+// aggregate must not reach hook before it; the other consumer, which has
+// event 1, gets event 2, and another aggregate is not held back. Once event
+// 1 is released (as the sweep does), hook gets both, in order.
+func TestAnOrphanedHeldEventKeepsItsAggregateBehindIt(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	hookRC, otherRC := newReceiver(t), newReceiver(t)
+	cfg := fast()
+	cfg.PollInterval = 50 * time.Millisecond
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", hookRC.URL)}, {Consumer: newHook("other", otherRC.URL)}}
+	ctx := context.Background()
+	warm := uuid.New()
+	warmID := write(t, db, event(&warm, "entity.customer.updated", "DDM_ENTITY", 1))[0]
+	r, _ := start(t, db, cfg)
+	testenv.Eventually(t, 20*time.Second, func() bool { return hookRC.delivered(warmID) && otherRC.delivered(warmID) },
+		"the relay runs (its start-up sweep done)")
+
+	// One transaction: the relay sees the state at once.
+	agg, free := uuid.New(), uuid.New()
+	var first, second, control int64
+	w := outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		ids, err := w.Write(ctx, tx, event(&agg, "entity.customer.updated", "DDM_ENTITY", 1))
+		if err != nil {
+			return err
+		}
+		first = ids[0]
+		if _, err := tx.Exec(ctx, `UPDATE aa_outbox_event SET available_at = `+outbox.HeldSQL+` WHERE id = $1`, first); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO aa_outbox_delivery (event_id, consumer, aggregate_type, aggregate_id, state, available_at, delivered_at)
+VALUES ($1, 'hook', 'DDM_ENTITY', $2, 'pending', now(), NULL), ($1, 'other', 'DDM_ENTITY', $2, 'done', now(), now())`, first, agg); err != nil {
+			return err
+		}
+		if ids, err = w.Write(ctx, tx, event(&agg, "entity.customer.updated", "DDM_ENTITY", 2), event(&free, "entity.customer.updated", "DDM_ENTITY", 1)); err != nil {
+			return err
+		}
+		second, control = ids[0], ids[1]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Wake()
+
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		return otherRC.delivered(second) && otherRC.delivered(control) && hookRC.delivered(control)
+	}, "the other consumer gets event 2, both get the other aggregate's event")
+	// A few more claims: none may hand event 2 to hook.
+	claims := r.Stats().Claims
+	testenv.Eventually(t, 20*time.Second, func() bool { r.Wake(); return r.Stats().Claims >= claims+3 }, "three more claims")
+	if hookRC.delivered(second) || hookRC.delivered(first) {
+		t.Fatalf("hook got event 2 (%v) or the held event 1 (%v) while event 1 was held", hookRC.delivered(second), hookRC.delivered(first))
+	}
+	if otherRC.delivered(first) {
+		t.Error("the other consumer got event 1, which it had")
+	}
+
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_outbox_event SET available_at = now() WHERE id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	r.Wake()
+	testenv.Eventually(t, 20*time.Second, func() bool { return hookRC.delivered(first) && hookRC.delivered(second) },
+		"hook gets events 1 and 2 once event 1 is released")
+	hookRC.checkOrder(t)
+	testenv.Eventually(t, 20*time.Second, func() bool { return countStatus(t, db, "dispatched") == 4 }, "every event dispatched")
 }

@@ -95,7 +95,18 @@ const notBlocked = `
           AND NOT EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery cb
               WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id
                 AND cb.event_id < e.id AND cb.state <> 'done' AND cb.consumer = x.consumer
-                AND (cb.state = 'failed' OR cb.available_at > now()))))`
+                AND (cb.state = 'failed' OR cb.available_at > now()` + heldBack + `))))`
+
+// heldBack extends "an earlier open row cb of the consumer blocks it" to a
+// row that is available while its outbox row is not (held, or waiting):
+// that event is claimed by no one now, so nothing later of its aggregate
+// may overtake it for the consumer. The outbox row is available when its
+// first pending consumer is, so this holds only in a state no statement
+// should leave (an outbox row held after a resume released the row that
+// held it, which the orphan sweep repairs); without it, the aggregate's
+// next events would reach that consumer before this one.
+const heldBack = `
+                     OR EXISTS (SELECT 1 FROM {s}.aa_outbox_event hb WHERE hb.id = cb.event_id AND hb.available_at > now())`
 
 // claimBehindSQL is the claim made while batches are still unacked (being
 // delivered, or their ack in flight). It leaves them out: every event of
@@ -142,7 +153,7 @@ const eventColumns = partitionExpr + ` AS part,
            SELECT c FROM unnest({consumers}::text[]) c
            WHERE EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery cb
                WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id AND cb.consumer = c
-                 AND cb.event_id < e.id AND cb.state <> 'done' AND (cb.state = 'failed' OR cb.available_at > now()))) END AS blocked`
+                 AND cb.event_id < e.id AND cb.state <> 'done' AND (cb.state = 'failed' OR cb.available_at > now()` + heldBack + `))) END AS blocked`
 
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
