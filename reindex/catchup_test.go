@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/mapping"
 )
 
 // The replay writes pending events to the new index before the relay has
@@ -16,12 +17,7 @@ import (
 func TestCheckWaitsForTheLiveConsumers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.write(600)
-	b.dispatchAll()
-	def1 := b.def(nil)
-	b.buildLive(def1)
-	b.write(300) // pending: no relay runs yet
-	pending := b.pendingCustomerEvents()
+	def1, pending := b.liveWithPending(300) // no relay runs yet
 
 	cfg := b.config(b.def(emailAsText))
 	cfg.CatchUpStall = 3 * time.Minute // the relay starts only once the reindex waits
@@ -70,12 +66,7 @@ func TestCheckWaitsForTheLiveConsumers(t *testing.T) {
 func TestCheckReportsWhatTheLiveConsumersOwe(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.write(600)
-	b.dispatchAll()
-	def1 := b.def(nil)
-	b.buildLive(def1)
-	b.write(200)
-	pending := b.pendingCustomerEvents()
+	_, pending := b.liveWithPending(200)
 
 	// Two pending events whose consumers went different ways: the search
 	// consumer has the first, owes the second.
@@ -127,6 +118,19 @@ JOIN (VALUES ($1::bigint, 'search', 'done'), ($1, 'webhook', 'pending'),
 	if st, _, _ := b.jobState(b.alias); st != "failed" {
 		t.Errorf("job state %q, want failed", st)
 	}
+}
+
+// liveWithPending builds the live index from 600 delivered events, then
+// writes n more that no relay delivers; it returns the live definition and
+// how many customer events are pending.
+func (b *bundle) liveWithPending(n int) (*mapping.Def, int64) {
+	b.t.Helper()
+	b.write(600)
+	b.dispatchAll()
+	def := b.def(nil)
+	b.buildLive(def)
+	b.write(n)
+	return def, b.pendingCustomerEvents()
 }
 
 // pendingCustomerEvents counts the pending events the customer projection

@@ -27,11 +27,11 @@ func (c fastArray) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any
 		switch value.(type) {
 		case []int64:
 			if c.elemOID == pgtype.Int8OID {
-				return int64Array{}
+				return intArray[int64]{pgtype.Int8OID}
 			}
 		case []int32:
 			if c.elemOID == pgtype.Int4OID {
-				return int32Array{}
+				return intArray[int32]{pgtype.Int4OID}
 			}
 		case [][16]byte:
 			if c.elemOID == pgtype.UUIDOID {
@@ -52,26 +52,22 @@ func arrayHeader(buf []byte, n int, elemOID uint32) []byte {
 	return binary.BigEndian.AppendUint32(buf, 1)        // lower bound
 }
 
-type int64Array struct{}
+// intArray writes a []T as an array of the integer type elemOID (int8 for
+// int64, int4 for int32).
+type intArray[T int32 | int64] struct{ elemOID uint32 }
 
-func (int64Array) Encode(value any, buf []byte) ([]byte, error) {
-	v := value.([]int64)
-	buf = arrayHeader(buf, len(v), pgtype.Int8OID)
+func (a intArray[T]) Encode(value any, buf []byte) ([]byte, error) {
+	v := value.([]T)
+	buf = arrayHeader(buf, len(v), a.elemOID)
+	var zero T
+	size := binary.Size(zero)
 	for _, x := range v {
-		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(x))
-	}
-	return buf, nil
-}
-
-type int32Array struct{}
-
-func (int32Array) Encode(value any, buf []byte) ([]byte, error) {
-	v := value.([]int32)
-	buf = arrayHeader(buf, len(v), pgtype.Int4OID)
-	for _, x := range v {
-		buf = binary.BigEndian.AppendUint32(buf, 4)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(x))
+		buf = binary.BigEndian.AppendUint32(buf, uint32(size))
+		if size == 8 {
+			buf = binary.BigEndian.AppendUint64(buf, uint64(x))
+		} else {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(x))
+		}
 	}
 	return buf, nil
 }
