@@ -214,8 +214,6 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 	return a
 }
 
-// eventAck decides what one event's answers do to its rows. It returns false
-// when nothing is to be written.
 // answer is a consumer's outcome for one event; given says that the event
 // was handed to it in this batch.
 type answer struct {
@@ -223,6 +221,8 @@ type answer struct {
 	given bool
 }
 
+// eventAck decides what one event's answers do to its rows (answers: one
+// per consumer index). It returns false when nothing is to be written.
 func (r *Relay) eventAck(ce *claimed, routed []int, answers []answer, consumers []consumerAnswer, held []bool, bs *BatchStats) (ackRow, bool) {
 	e := &ce.ev
 	row := ackRow{id: e.ID, part: ce.part, attempts: e.Attempts, newAttempts: e.Attempts, hadRows: ce.rows != nil}
