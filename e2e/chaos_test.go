@@ -62,7 +62,7 @@ func TestThreeRelaysKilledWhileConsumersComeAndGo(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM aa_outbox_event WHERE status = 'failed'`); n != 0 {
 		t.Errorf("%d events failed", n)
 	}
-	if n, which := w.hook.outOfOrderWhich(); n != 0 {
+	if n, which := w.hook.outOfOrder(); n != 0 {
 		t.Errorf("%d aggregates reached the endpoint out of order (first arrivals): %v", n, which)
 	}
 	// The stream: first appearances per aggregate in stream order.

@@ -100,14 +100,9 @@ func (ep *endpoint) has(ids []int64) bool {
 }
 
 // outOfOrder counts aggregates whose events first arrived out of id order.
-func (ep *endpoint) outOfOrder() int {
-	n, _ := ep.outOfOrderWhich()
-	return n
-}
-
-// outOfOrderWhich is outOfOrder with up to five of those aggregates, each
-// with its events' ids in the order they first arrived.
-func (ep *endpoint) outOfOrderWhich() (int, []string) {
+// It also returns up to five of them, each with its events' ids in the
+// order they first arrived.
+func (ep *endpoint) outOfOrder() (int, []string) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	bad := 0

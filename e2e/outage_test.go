@@ -104,8 +104,8 @@ func TestEveryConsumerRidesOutItsOutage(t *testing.T) {
 	if n := w.count(`SELECT count(*) FROM aa_outbox_delivery`); n != 0 {
 		t.Errorf("%d delivery rows left", n)
 	}
-	if n := w.hook.outOfOrder(); n != 0 {
-		t.Errorf("%d aggregates reached the endpoint out of order", n)
+	if n, which := w.hook.outOfOrder(); n != 0 {
+		t.Errorf("%d aggregates reached the endpoint out of order (first arrivals): %v", n, which)
 	}
 	// No relay crashed, so the only duplicates are requests the endpoint
 	// answered while the outage cut their connections (the relay never saw
