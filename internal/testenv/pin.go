@@ -17,7 +17,11 @@ import (
 // database share the rest. Every thread of those processes is moved
 // (backends PostgreSQL forks later inherit the postmaster's affinity, new
 // threads of a process that of their creator). restore puts every moved
-// thread back where it was. It needs at least 2 CPUs and the right to set
+// thread back where it was, and gives the threads and PostgreSQL backends
+// that started while pinned what their process (or the postmaster) had
+// before: without that, the Go runtime's, the JVMs' and PostgreSQL's later
+// threads stayed on one CPU after a pinned benchmark and slowed the
+// unpinned one after it. It needs at least 2 CPUs and the right to set
 // other processes' affinity (root, or CAP_SYS_NICE).
 func Pin(engineCPU int) (restore func(), err error) {
 	var all unix.CPUSet
@@ -32,68 +36,94 @@ func Pin(engineCPU int) (restore func(), err error) {
 	rest = all
 	rest.Clear(engineCPU)
 
-	type moved struct {
-		tid int
-		was unix.CPUSet
-	}
-	var done []moved
-	restore = func() {
-		for _, m := range done {
-			_ = unix.SchedSetaffinity(m.tid, &m.was) // a thread that ended needs nothing
-		}
-	}
-	move := func(pid string, to *unix.CPUSet) error {
+	self := strconv.Itoa(os.Getpid())
+	was := map[int]unix.CPUSet{}       // every moved thread's CPUs before
+	before := map[string]unix.CPUSet{} // per kind of process ("self", "postgres", "engine"): its first thread's CPUs before
+	move := func(kind, pid string, to *unix.CPUSet) error {
 		tasks, _ := filepath.Glob(filepath.Join("/proc", pid, "task", "[0-9]*"))
 		for _, t := range tasks {
 			tid, err := strconv.Atoi(filepath.Base(t))
 			if err != nil {
 				continue
 			}
-			var was unix.CPUSet
-			if unix.SchedGetaffinity(tid, &was) != nil {
+			var w unix.CPUSet
+			if unix.SchedGetaffinity(tid, &w) != nil {
 				continue // ended meanwhile
 			}
 			if err := unix.SchedSetaffinity(tid, to); err != nil {
 				return fmt.Errorf("pin: thread %d of process %s: %w", tid, pid, err)
 			}
-			done = append(done, moved{tid, was})
+			was[tid] = w
+			if _, ok := before[kind]; !ok {
+				before[kind] = w
+			}
 		}
 		return nil
 	}
-	if err := move(strconv.Itoa(os.Getpid()), &rest); err != nil {
+	restore = func() {
+		back := func(kind, pid string, _ *unix.CPUSet) error {
+			def, ok := before[kind]
+			if !ok {
+				return nil
+			}
+			tasks, _ := filepath.Glob(filepath.Join("/proc", pid, "task", "[0-9]*"))
+			for _, t := range tasks {
+				tid, err := strconv.Atoi(filepath.Base(t))
+				if err != nil {
+					continue
+				}
+				to, moved := was[tid]
+				if !moved {
+					to = def // started while pinned
+				}
+				_ = unix.SchedSetaffinity(tid, &to) // a thread that ended needs nothing
+			}
+			return nil
+		}
+		_ = back("self", self, nil)
+		_, _ = eachService(&engine, &rest, back)
+	}
+	if err := move("self", self, &rest); err != nil {
 		restore()
 		return nil, err
 	}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	engines := 0
-	for _, d := range dirs {
-		comm, err := os.ReadFile(filepath.Join(d, "comm"))
-		if err != nil {
-			continue
-		}
-		var to *unix.CPUSet
-		switch strings.TrimSpace(string(comm)) {
-		case "postgres":
-			to = &rest
-		case "java":
-			cmd, _ := os.ReadFile(filepath.Join(d, "cmdline"))
-			lc := bytes.ToLower(cmd)
-			if bytes.Contains(lc, []byte("opensearch")) || bytes.Contains(lc, []byte("elasticsearch")) {
-				to = &engine
-				engines++
-			}
-		}
-		if to == nil {
-			continue
-		}
-		if err := move(filepath.Base(d), to); err != nil {
-			restore()
-			return nil, err
-		}
+	engines, err := eachService(&engine, &rest, move)
+	if err != nil {
+		restore()
+		return nil, err
 	}
 	if engines == 0 {
 		restore()
 		return nil, fmt.Errorf("pin: no search engine JVM found to pin")
 	}
 	return restore, nil
+}
+
+// eachService calls fn for every PostgreSQL process (kind "postgres", to
+// rest) and every search engine JVM (kind "engine", to engine) and returns
+// how many engines it found.
+func eachService(engine, rest *unix.CPUSet, fn func(kind, pid string, to *unix.CPUSet) error) (engines int, err error) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err != nil {
+			continue
+		}
+		switch strings.TrimSpace(string(comm)) {
+		case "postgres":
+			err = fn("postgres", filepath.Base(d), rest)
+		case "java":
+			cmd, _ := os.ReadFile(filepath.Join(d, "cmdline"))
+			lc := bytes.ToLower(cmd)
+			if !bytes.Contains(lc, []byte("opensearch")) && !bytes.Contains(lc, []byte("elasticsearch")) {
+				continue
+			}
+			engines++
+			err = fn("engine", filepath.Base(d), engine)
+		}
+		if err != nil {
+			return engines, err
+		}
+	}
+	return engines, nil
 }
