@@ -3,6 +3,8 @@ package indexer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -84,6 +86,52 @@ func TestAppendOpQuotesLikeJSONMarshal(t *testing.T) {
 		}
 		if buf.String() != string(want) {
 			t.Errorf("%q: wrote %s, want %s", s, buf.String(), want)
+		}
+	}
+}
+
+// The _mget answer: found documents with their source as it came, missing
+// ones left out, a per-document error as an EngineError.
+func TestDecodeMGetKeepsSourcesAsTheyCame(t *testing.T) {
+	body := []byte(`{"docs":[
+	 {"_index":"i","_id":"a","_version":4,"found":true,"_source":{"n": 1.50, "s":"x\u00e9","o":{"k":[1,2]}}},
+	 {"_index":"i","_id":"b","found":false}]}`)
+	docs, err := decodeMGet("i", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 1 || docs["a"].Version != 4 || string(docs["a"].Source) != `{"n": 1.50, "s":"x\u00e9","o":{"k":[1,2]}}` {
+		t.Fatalf("docs %+v (source %s)", docs, docs["a"].Source)
+	}
+	_, err = decodeMGet("i", []byte(`{"docs":[{"_index":"i","_id":"c","error":{"type":"index_not_found_exception","reason":"no such index [i]"}}]}`))
+	var ee *EngineError
+	if !errors.As(err, &ee) || ee.Status != 404 || !strings.Contains(ee.Error(), "no such index") {
+		t.Fatalf("error: %v", err)
+	}
+	if _, err := decodeMGet("i", []byte(`{"docs":[{"_id":`)); err == nil || !strings.Contains(err.Error(), "decode mget answer of i") {
+		t.Fatalf("truncated answer: %v", err)
+	}
+}
+
+// BenchmarkDecodeBulkAnswer: the answer to a _bulk of 2,000 index ops, as
+// filter_path leaves it.
+//
+//	go test ./indexer -run '^$' -bench DecodeBulkAnswer
+func BenchmarkDecodeBulkAnswer(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"items":[`)
+	for i := range 2000 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"index":{"_version":%d,"result":"updated","status":200}}`, i+1)
+	}
+	body.WriteString(`]}`)
+	b.SetBytes(int64(body.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeBulk(2000, body.Bytes()); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
