@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -21,8 +22,13 @@ import (
 // that started while pinned what their process (or the postmaster) had
 // before: without that, the Go runtime's, the JVMs' and PostgreSQL's later
 // threads stayed on one CPU after a pinned benchmark and slowed the
-// unpinned one after it. It needs at least 2 CPUs and the right to set
-// other processes' affinity (root, or CAP_SYS_NICE).
+// unpinned one after it. This process's GOMAXPROCS becomes the number of
+// CPUs it keeps, as if it had started on them (Go takes GOMAXPROCS from the
+// affinity at start, so `taskset -c 0 searchsync run` runs with 1): two Ps
+// on one CPU spin for work beside PostgreSQL's backends and cost searchsync
+// about a tenth more CPU per event. restore puts GOMAXPROCS back. It needs
+// at least 2 CPUs and the right to set other processes' affinity (root, or
+// CAP_SYS_NICE).
 func Pin(engineCPU int) (restore func(), err error) {
 	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
@@ -60,7 +66,9 @@ func Pin(engineCPU int) (restore func(), err error) {
 		}
 		return nil
 	}
+	procs := runtime.GOMAXPROCS(0)
 	restore = func() {
+		runtime.GOMAXPROCS(procs)
 		back := func(kind, pid string, _ *unix.CPUSet) error {
 			def, ok := before[kind]
 			if !ok {
@@ -87,6 +95,7 @@ func Pin(engineCPU int) (restore func(), err error) {
 		restore()
 		return nil, err
 	}
+	runtime.GOMAXPROCS(rest.Count())
 	engines, err := eachService(&engine, &rest, move)
 	if err != nil {
 		restore()

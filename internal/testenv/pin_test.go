@@ -47,6 +47,7 @@ func TestPinRestoresThreadsStartedWhilePinned(t *testing.T) {
 		<-started
 	}()
 	pinned := <-mask
+	procs := runtime.GOMAXPROCS(0)
 	restore()
 	next <- struct{}{}
 	after := <-mask
@@ -54,6 +55,9 @@ func TestPinRestoresThreadsStartedWhilePinned(t *testing.T) {
 	close(started)
 	if pinned.IsSet(1) || pinned.Count() != all.Count()-1 {
 		t.Fatalf("while pinned this process's thread may use %d CPUs (CPU 1: %v); want every CPU but 1", pinned.Count(), pinned.IsSet(1))
+	}
+	if procs != all.Count()-1 || runtime.GOMAXPROCS(0) != all.Count() {
+		t.Errorf("GOMAXPROCS %d while pinned, %d after; want %d, then %d", procs, runtime.GOMAXPROCS(0), all.Count()-1, all.Count())
 	}
 	if after != all {
 		t.Fatalf("after restore a thread of this process may use %d CPUs; before Pin %d", after.Count(), all.Count())
