@@ -88,6 +88,16 @@ func benchLatency(b *testing.B, pin bool) {
 				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
 			}}}}
 		relayKnobs(b, &cfg)
+		var batchMu sync.Mutex
+		var steadyBatches []relay.BatchStats // of the steady phase
+		measuring := false
+		cfg.OnBatch = func(bs relay.BatchStats) {
+			batchMu.Lock()
+			if measuring {
+				steadyBatches = append(steadyBatches, bs)
+			}
+			batchMu.Unlock()
+		}
 		r, err := relay.New(bd.db.Pool, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -147,10 +157,20 @@ func benchLatency(b *testing.B, pin bool) {
 			return float64(len(evs)) / time.Since(started).Seconds()
 		}
 		steadily(warm, false)
+		batchMu.Lock()
+		measuring = true
+		batchMu.Unlock()
 		before, cpu0, cons0 := r.Stats(), testenv.ReadCPU(), cons.Stats()
 		produced := steadily(steady, true)
 		bd.waitPending(5 * time.Minute)
 		after, cpu, cons1 := r.Stats(), testenv.ReadCPU().Sub(cpu0), cons.Stats()
+		batchMu.Lock()
+		measuring = false
+		var claims, delivers, acks []time.Duration
+		for _, bs := range steadyBatches {
+			claims, delivers, acks = append(claims, bs.Claim), append(delivers, bs.Deliver), append(acks, bs.Ack)
+		}
+		batchMu.Unlock()
 		searchable := poller.wait(time.Minute)
 		b.StopTimer()
 
@@ -195,6 +215,9 @@ func benchLatency(b *testing.B, pin bool) {
 				n, float64(after.Claimed-before.Claimed)/float64(n), per(after.ClaimTime, before.ClaimTime),
 				per(after.DeliverTime, before.DeliverTime), per(after.AckTime, before.AckTime),
 				cons1.Writes-cons0.Writes, cons1.MGets-cons0.MGets, cons1.StateHits-cons0.StateHits, cpu)
+			b.Logf("steady phase, per batch p50 / p99 / max: claim %.1f / %.1f / %.1f ms, deliver %.1f / %.1f / %.1f ms, ack %.1f / %.1f / %.1f ms",
+				ms(claims, 0.5), ms(claims, 0.99), ms(claims, 1), ms(delivers, 0.5), ms(delivers, 0.99), ms(delivers, 1),
+				ms(acks, 0.5), ms(acks, 0.99), ms(acks, 1))
 		}
 	}
 }
