@@ -244,6 +244,17 @@ const (
 	// the released ones of its aggregate, so it keeps blocking the later
 	// events for that consumer (cblocked) until its turn.
 	//
+	// The outbox rows are chosen by id and status alone and freed by a CASE
+	// over their newest version: b may wait for an ack's lock on a delivery
+	// row, and the statement's snapshot is from before that ack committed.
+	// An ack that held the outbox row (its other consumers were done, this
+	// one still held) left it held in the newest version but available in
+	// the snapshot, and "available_at = held" in the WHERE, read in the
+	// snapshot, skipped it: the delivery row was freed, the outbox row
+	// stayed held for no consumer (TestReleaseAfterAConcurrentAckLeavesNoOrphan).
+	// A row that changed is re-read before it is written, so the CASE and
+	// status = 'pending' see what the ack wrote.
+	//
 	// Each step takes the ids of the one before as an array (= ANY of an
 	// ARRAY subquery, one look-up per id through the primary key): a join
 	// with the CTE instead was planned as a nested loop over it when the
@@ -258,17 +269,20 @@ d AS (
 	UPDATE {s}.aa_outbox_delivery x SET available_at = now(), updated_at = now()
 	WHERE x.event_id = ANY(ARRAY(SELECT event_id FROM b)) AND x.consumer = $1 RETURNING x.event_id),
 o AS (
-	UPDATE {s}.aa_outbox_event e SET available_at = now()
-	WHERE e.id = ANY(ARRAY(SELECT event_id FROM d)) AND e.status = 'pending' AND e.available_at = ` + outbox.HeldSQL + `)
+	UPDATE {s}.aa_outbox_event e
+	SET available_at = CASE WHEN e.available_at = ` + outbox.HeldSQL + ` THEN now() ELSE e.available_at END
+	WHERE e.id = ANY(ARRAY(SELECT event_id FROM d)) AND e.status = 'pending')
 SELECT count(*) FROM d`
 
 	// unholdOrphansSQL makes available again the held outbox rows that no
 	// held delivery row keeps held: no consumer waits for a resume to get
-	// them, so nothing else would ever release them. They came from a race
-	// that acks no longer lose (a batch acked an event as held for C after
-	// another relay's resume of C had released C's row, without writing
-	// that row again): the statement is the safety net. At most $1 per
-	// statement, skipping rows an ack holds locked.
+	// them, so nothing else would ever release them. They came from races
+	// that acks and releases no longer lose (a batch acked an event as held
+	// for C after another relay's resume of C had released C's row, without
+	// writing that row again; a release that read the outbox row with a
+	// snapshot from before such an ack, see releaseHeldSQL): the statement
+	// is the safety net. At most $1 per statement, skipping rows an ack
+	// holds locked.
 	//
 	// The delivery rows are probed through the primary key: "available_at
 	// >= held" means "= held" (nothing is later), but unlike it does not
