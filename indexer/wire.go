@@ -15,16 +15,16 @@ import (
 	"github.com/bytedance/sonic"
 )
 
+// This file holds the wire format that Elasticsearch 8 and OpenSearch 2
+// share: request bodies are built and answers decoded here, so both adapters
+// only differ in the client that carries the bytes.
+
 // answers decodes the answers read per batch (_bulk, _mget) into their
 // structs: sonic (already the consumer's JSON library) takes a third of the
 // CPU encoding/json did on a bulk answer of 2,000 items
 // (BenchmarkDecodeBulkAnswer). ConfigStd copies strings out of the body and
 // validates them as encoding/json does.
 var answers = sonic.ConfigStd
-
-// This file holds the wire format that Elasticsearch 8 and OpenSearch 2
-// share: request bodies are built and answers decoded here, so both adapters
-// only differ in the client that carries the bytes.
 
 // encodeBulk writes the NDJSON body of a _bulk request. Every op carries its
 // version with version_type=external. A document that is not valid JSON is
