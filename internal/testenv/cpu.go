@@ -15,17 +15,41 @@ import (
 // whose command line names opensearch or elasticsearch), PostgreSQL (every
 // postgres process, with the children the postmaster has reaped, so that
 // closed connections count too), this process, and the whole machine (busy
-// and idle, over all cores). Benchmarks take one before and one after a run
-// and report the difference, to show where the machine's cores went.
+// and idle, over all cores, and per core). Benchmarks take one before and
+// one after a run and report the difference, to show where the machine's
+// cores went; per core, a pinned run shows whether the core PostgreSQL and
+// searchsync share was the bound.
 type CPU struct {
 	Engine, Postgres, Self   time.Duration
 	MachineBusy, MachineIdle time.Duration
+	Cores                    []CoreTime // by core number
 }
+
+// CoreTime is one core's busy and idle time.
+type CoreTime struct{ Busy, Idle time.Duration }
 
 // Sub returns c - o.
 func (c CPU) Sub(o CPU) CPU {
-	return CPU{Engine: c.Engine - o.Engine, Postgres: c.Postgres - o.Postgres, Self: c.Self - o.Self,
+	d := CPU{Engine: c.Engine - o.Engine, Postgres: c.Postgres - o.Postgres, Self: c.Self - o.Self,
 		MachineBusy: c.MachineBusy - o.MachineBusy, MachineIdle: c.MachineIdle - o.MachineIdle}
+	if len(c.Cores) == len(o.Cores) {
+		for i := range c.Cores {
+			d.Cores = append(d.Cores, CoreTime{Busy: c.Cores[i].Busy - o.Cores[i].Busy, Idle: c.Cores[i].Idle - o.Cores[i].Idle})
+		}
+	}
+	return d
+}
+
+// CoreBusy is the busy share (0–100) of each core in a difference of two
+// samples.
+func (c CPU) CoreBusy() []float64 {
+	out := make([]float64, len(c.Cores))
+	for i, ct := range c.Cores {
+		if tot := ct.Busy + ct.Idle; tot > 0 {
+			out[i] = 100 * float64(ct.Busy) / float64(tot)
+		}
+	}
+	return out
 }
 
 // String formats a difference of two samples.
@@ -35,9 +59,17 @@ func (c CPU) String() string {
 	if tot := c.MachineBusy + c.MachineIdle; tot > 0 {
 		util = 100 * float64(c.MachineBusy) / float64(tot)
 	}
-	return fmt.Sprintf("cpu: engine %s, postgres %s, this process %s, other %s; machine busy %s of %s (%.0f%%)",
+	s := fmt.Sprintf("cpu: engine %s, postgres %s, this process %s, other %s; machine busy %s of %s (%.0f%%)",
 		r(c.Engine), r(c.Postgres), r(c.Self), r(max(c.MachineBusy-c.Engine-c.Postgres-c.Self, 0)),
 		r(c.MachineBusy), r(c.MachineBusy+c.MachineIdle), util)
+	if busy := c.CoreBusy(); len(busy) > 0 {
+		parts := make([]string, len(busy))
+		for i, b := range busy {
+			parts[i] = fmt.Sprintf("%d: %.0f%%", i, b)
+		}
+		s += "; per core busy " + strings.Join(parts, ", ")
+	}
+	return s
 }
 
 // clockTick is USER_HZ, 100 on every Linux architecture Go supports.
@@ -68,15 +100,32 @@ func ReadCPU() CPU {
 		}
 	}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		line, _, _ := strings.Cut(string(b), "\n")
-		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-		for i := 1; i < len(f) && i <= 8; i++ {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			if i == 4 || i == 5 {
-				c.MachineIdle += time.Duration(v) * clockTick
-			} else {
-				c.MachineBusy += time.Duration(v) * clockTick
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line) // cpu[N] user nice system idle iowait irq softirq steal ...
+			if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+				continue
 			}
+			var busy, idle time.Duration
+			for i := 1; i < len(f) && i <= 8; i++ {
+				v, _ := strconv.ParseInt(f[i], 10, 64)
+				if i == 4 || i == 5 {
+					idle += time.Duration(v) * clockTick
+				} else {
+					busy += time.Duration(v) * clockTick
+				}
+			}
+			if f[0] == "cpu" {
+				c.MachineBusy, c.MachineIdle = busy, idle
+				continue
+			}
+			n, err := strconv.Atoi(f[0][3:])
+			if err != nil || n < 0 || n > 4096 {
+				continue
+			}
+			for len(c.Cores) <= n {
+				c.Cores = append(c.Cores, CoreTime{})
+			}
+			c.Cores[n] = CoreTime{Busy: busy, Idle: idle}
 		}
 	}
 	return c

@@ -46,7 +46,8 @@ import (
 // hosts of its own); pin=off lets the scheduler place everything. Printed:
 // the ratio, each side's rate, CPU per event of searchsync (this process:
 // relay and consumer; gc_µs/event the garbage collector's part of it),
-// PostgreSQL and the engine, and the machine's busy share. The process runs
+// PostgreSQL and the engine, and the machine's busy share (pinned, each
+// core's too: core0 is PostgreSQL's and searchsync's, core1 the engine's). The process runs
 // with the binary's GC percent (400) unless GOGC is set.
 //
 //	go test ./sink/search -run '^$' -bench 'EndToEndRealistic' -benchtime 1x -count 3
@@ -239,6 +240,12 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		b.ReportMetric(us(cpu.Postgres), "postgres_µs/event")
 		b.ReportMetric(us(cpu.Engine), "engine_µs/event")
 		b.ReportMetric(busy, "busy_%")
+		if cores := cpu.CoreBusy(); pin && len(cores) > 1 {
+			// Pinned: CPU 1 is the engine's, CPU 0 PostgreSQL's and
+			// searchsync's; a core near 100 % is the bound.
+			b.ReportMetric(cores[0], "core0_busy_%")
+			b.ReportMetric(cores[1], "core1_busy_%")
+		}
 		b.ReportMetric(float64(peak)/(1<<20), "heap_peak_MiB")
 		b.Logf("%d events in %s = %.0f/s with %d relays; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, relays, raw1, raw2, rate/rawPerSec)
 		for i, r := range rs {
