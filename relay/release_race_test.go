@@ -101,4 +101,28 @@ FROM aa_outbox_event e JOIN aa_outbox_delivery d ON d.event_id = e.id AND d.cons
 	if outboxHeld {
 		t.Fatal("the outbox row stayed held while no delivery row holds it: the release read it with a snapshot from before the ack")
 	}
+
+	// An event that search retries later and hook may have once released:
+	// its outbox row is available now (its first pending consumer is), and
+	// search's row keeps its own time.
+	var retried int64
+	if err := db.Pool.QueryRow(ctx, `WITH e AS (
+	INSERT INTO aa_outbox_event (event_type, aggregate_type, aggregate_id, payload, available_at)
+	VALUES ('entity.customer.updated', 'DDM_ENTITY', gen_random_uuid(), '{"version": 1}', now() + interval '1 hour') RETURNING *)
+INSERT INTO aa_outbox_delivery (event_id, consumer, aggregate_type, aggregate_id, state, available_at)
+SELECT id, c, aggregate_type, aggregate_id, 'pending', CASE WHEN c = 'hook' THEN `+outbox.HeldSQL+` ELSE now() + interval '1 hour' END
+FROM e, unnest(ARRAY['hook', 'search']) c RETURNING event_id`).Scan(&retried); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Pool.QueryRow(ctx, q.releaseHeld, "hook", 100).Scan(&r.n); err != nil || r.n != 1 {
+		t.Fatalf("release: %d rows, %v", r.n, err)
+	}
+	var outboxNow, searchLater bool
+	if err := db.Pool.QueryRow(ctx, `SELECT e.available_at <= now(), d.available_at > now()
+FROM aa_outbox_event e JOIN aa_outbox_delivery d ON d.event_id = e.id AND d.consumer = 'search' WHERE e.id = $1`, retried).Scan(&outboxNow, &searchLater); err != nil {
+		t.Fatal(err)
+	}
+	if !outboxNow || !searchLater {
+		t.Fatalf("after hook's release: outbox row available now %v (want true), search's row still later %v (want true)", outboxNow, searchLater)
+	}
 }

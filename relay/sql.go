@@ -244,15 +244,18 @@ const (
 	// the released ones of its aggregate, so it keeps blocking the later
 	// events for that consumer (cblocked) until its turn.
 	//
-	// The outbox rows are chosen by id and status alone and freed by a CASE
-	// over their newest version: b may wait for an ack's lock on a delivery
-	// row, and the statement's snapshot is from before that ack committed.
-	// An ack that held the outbox row (its other consumers were done, this
-	// one still held) left it held in the newest version but available in
-	// the snapshot, and "available_at = held" in the WHERE, read in the
+	// An outbox row is available when its first pending consumer is, so a
+	// freed row makes its outbox row available now: held (only this
+	// consumer owed it) or waiting for another consumer's retry alike. The
+	// outbox rows are chosen by id and status alone and set from their
+	// newest version: b may wait for an ack's lock on a delivery row, and
+	// the statement's snapshot is from before that ack committed. An ack
+	// that held the outbox row (its other consumers were done, this one
+	// still held) left it held in the newest version but available in the
+	// snapshot, and "available_at = held" in the WHERE, read in the
 	// snapshot, skipped it: the delivery row was freed, the outbox row
 	// stayed held for no consumer (TestReleaseAfterAConcurrentAckLeavesNoOrphan).
-	// A row that changed is re-read before it is written, so the CASE and
+	// A row that changed is re-read before it is written, so least() and
 	// status = 'pending' see what the ack wrote.
 	//
 	// Each step takes the ids of the one before as an array (= ANY of an
@@ -270,7 +273,7 @@ d AS (
 	WHERE x.event_id = ANY(ARRAY(SELECT event_id FROM b)) AND x.consumer = $1 RETURNING x.event_id),
 o AS (
 	UPDATE {s}.aa_outbox_event e
-	SET available_at = CASE WHEN e.available_at = ` + outbox.HeldSQL + ` THEN now() ELSE e.available_at END
+	SET available_at = least(e.available_at, now())
 	WHERE e.id = ANY(ARRAY(SELECT event_id FROM d)) AND e.status = 'pending')
 SELECT count(*) FROM d`
 
