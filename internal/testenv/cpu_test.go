@@ -14,8 +14,8 @@ import (
 // a busy loop shows in the difference of two samples.
 func TestReadCPUPerCore(t *testing.T) {
 	c0 := testenv.ReadCPU()
-	if len(c0.Cores) != runtime.NumCPU() {
-		t.Fatalf("%d cores read, the machine has %d", len(c0.Cores), runtime.NumCPU())
+	if len(c0.Cores) < runtime.NumCPU() {
+		t.Fatalf("%d cores read, this process may use %d", len(c0.Cores), runtime.NumCPU())
 	}
 	var busy, idle time.Duration
 	for _, ct := range c0.Cores {
