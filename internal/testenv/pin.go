@@ -46,12 +46,7 @@ func Pin(engineCPU int) (restore func(), err error) {
 	was := map[int]unix.CPUSet{}       // every moved thread's CPUs before
 	before := map[string]unix.CPUSet{} // per kind of process ("self", "postgres", "engine"): its first thread's CPUs before
 	move := func(kind, pid string, to *unix.CPUSet) error {
-		tasks, _ := filepath.Glob(filepath.Join("/proc", pid, "task", "[0-9]*"))
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(filepath.Base(t))
-			if err != nil {
-				continue
-			}
+		for _, tid := range threads(pid) {
 			var w unix.CPUSet
 			if unix.SchedGetaffinity(tid, &w) != nil {
 				continue // ended meanwhile
@@ -74,12 +69,7 @@ func Pin(engineCPU int) (restore func(), err error) {
 			if !ok {
 				return nil
 			}
-			tasks, _ := filepath.Glob(filepath.Join("/proc", pid, "task", "[0-9]*"))
-			for _, t := range tasks {
-				tid, err := strconv.Atoi(filepath.Base(t))
-				if err != nil {
-					continue
-				}
+			for _, tid := range threads(pid) {
 				to, moved := was[tid]
 				if !moved {
 					to = def // started while pinned
@@ -106,6 +96,18 @@ func Pin(engineCPU int) (restore func(), err error) {
 		return nil, fmt.Errorf("pin: no search engine JVM found to pin")
 	}
 	return restore, nil
+}
+
+// threads lists the thread ids of process pid (none when it ended).
+func threads(pid string) []int {
+	tasks, _ := filepath.Glob(filepath.Join("/proc", pid, "task", "[0-9]*"))
+	tids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(filepath.Base(t)); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
 }
 
 // eachService calls fn for every PostgreSQL process (kind "postgres", to

@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -19,49 +20,62 @@ func TestPinRestoresThreadsStartedWhilePinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	if all.Count() < 2 || !all.IsSet(1) {
-		t.Skipf("needs CPU 1 and another; this process may use %d", all.Count())
+		// Nothing to pin here: Pin must say so, not pin everything to one CPU.
+		if _, err := testenv.Pin(1); err == nil || !strings.Contains(err.Error(), "at least one other needed") {
+			t.Fatalf("Pin(1) with %d CPUs: %v; want an error naming the CPUs it needs", all.Count(), err)
+		}
+		return
 	}
 	procsBefore := runtime.GOMAXPROCS(0)
 	restore, err := testenv.Pin(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A goroutine locked to a thread of its own, started while pinned:
-	// the runtime starts a new thread for the rest of the program.
-	mask := make(chan unix.CPUSet)
+	// Goroutines locked to threads of their own, started while pinned:
+	// more than the process has threads, so the runtime starts new ones.
+	const locked = 16
+	masks := make(chan unix.CPUSet)
 	next := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for range 2 {
-			var m unix.CPUSet
-			_ = unix.SchedGetaffinity(0, &m)
-			mask <- m
-			<-next
+	for range locked {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for range 2 {
+				var m unix.CPUSet
+				_ = unix.SchedGetaffinity(0, &m)
+				masks <- m
+				<-next
+			}
+		}()
+	}
+	read := func() []unix.CPUSet {
+		var ms []unix.CPUSet
+		for range locked {
+			ms = append(ms, <-masks)
 		}
-		close(mask)
-	}()
-	started := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // this goroutine's thread is new or reused: both must come back
-		defer runtime.UnlockOSThread()
-		<-started
-	}()
-	pinned := <-mask
+		return ms
+	}
+	during := read()
 	procs := runtime.GOMAXPROCS(0)
 	restore()
-	next <- struct{}{}
-	after := <-mask
-	next <- struct{}{}
-	close(started)
+	close(next)
+	after := read()
+	pinned := during[0]
+	for _, m := range during {
+		if m != pinned {
+			t.Fatalf("while pinned the threads of this process may use different CPUs: %d and %d", m.Count(), pinned.Count())
+		}
+	}
 	if pinned.IsSet(1) || pinned.Count() != all.Count()-1 {
 		t.Fatalf("while pinned this process's thread may use %d CPUs (CPU 1: %v); want every CPU but 1", pinned.Count(), pinned.IsSet(1))
 	}
 	if procs != all.Count()-1 || runtime.GOMAXPROCS(0) != procsBefore {
 		t.Errorf("GOMAXPROCS %d while pinned, %d after; want %d, then %d", procs, runtime.GOMAXPROCS(0), all.Count()-1, procsBefore)
 	}
-	if after != all {
-		t.Fatalf("after restore a thread of this process may use %d CPUs; before Pin %d", after.Count(), all.Count())
+	for i, m := range after {
+		if m != all {
+			t.Fatalf("after restore thread %d of %d started while pinned may use %d CPUs; before Pin %d", i+1, locked, m.Count(), all.Count())
+		}
 	}
 	var self unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &self); err != nil || self != all {
