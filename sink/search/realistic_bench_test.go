@@ -47,8 +47,9 @@ import (
 // the ratio, each side's rate, CPU per event of searchsync (this process:
 // relay and consumer; gc_µs/event the garbage collector's part of it),
 // PostgreSQL and the engine, and the machine's busy share (pinned, each
-// core's too: core0 is PostgreSQL's and searchsync's, core1 the engine's). The process runs
-// with the binary's GC percent (400) unless GOGC is set.
+// core's too: core0 is PostgreSQL's and searchsync's, core1 the
+// engine's). The process runs with the binary's GC percent (400) unless
+// GOGC is set.
 //
 //	go test ./sink/search -run '^$' -bench 'EndToEndRealistic' -benchtime 1x -count 3
 func BenchmarkEndToEndRealistic(b *testing.B) {
@@ -220,7 +221,7 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		for acked() < uint64(len(evs)) {
 			select {
 			case <-batched:
-			case <-time.After(250 * time.Millisecond): // a batch recorded before the counters moved
+			case <-time.After(250 * time.Millisecond): // a safety net: OnBatch comes after the counters moved
 			case <-deadline:
 				b.Fatalf("%d of %d events acked after 10m", acked(), len(evs))
 			}
