@@ -64,8 +64,20 @@ func ready(addr string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// metricValue reads one unlabelled gauge from /metrics.
+// metricValue reads one sample from /metrics and fails the test when it is
+// not there.
 func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	v, ok := metricSample(t, addr, name)
+	if !ok {
+		t.Fatalf("metric %s not in /metrics", name)
+	}
+	return v
+}
+
+// metricSample reads one sample from /metrics; ok is false when the relay
+// has not exported it (yet).
+func metricSample(t *testing.T, addr, name string) (v float64, ok bool) {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -74,16 +86,15 @@ func metricValue(t *testing.T, addr, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
+		if s, found := strings.CutPrefix(sc.Text(), name+" "); found {
+			f, err := strconv.ParseFloat(s, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("metric %s not in /metrics", name)
-	return 0
+	return 0, false
 }
 
 // TestDashboardInBrowser opens the dashboard in headless Chromium while the
