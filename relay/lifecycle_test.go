@@ -37,7 +37,20 @@ func TestWakesOnNotifyAndDoesNotSpinWhenIdle(t *testing.T) {
 		testenv.Eventually(t, 15*time.Second, func() bool { return rc.delivered(id) }, "event %d delivered after NOTIFY", i)
 	}
 	// Idle: a quiet period of three lease heartbeats must not produce claims.
+	// It starts once the last ack returned (Dispatched counts acked events)
+	// and the claims that follow an ack, or a NOTIFY that arrived after the
+	// claim it announced, are made: the count has not moved for 300 ms.
+	testenv.Eventually(t, 15*time.Second, func() bool { return r.Stats().Dispatched >= 3 }, "the three events acked")
 	before := r.Stats().Claims
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		n := r.Stats().Claims
+		if n != before {
+			before = n
+			return false
+		}
+		time.Sleep(300 * time.Millisecond)
+		return r.Stats().Claims == before
+	}, "the claims after the last ack never ended")
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	testenv.Eventually(t, 5*time.Second, func() bool { return time.Now().After(deadline) }, "quiet period")
 	if n := r.Stats().Claims - before; n > 2 {
