@@ -935,7 +935,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 	args = append(args, names, r.cons.names)
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
-	br, release, err := r.sendBatch(cctx, claimBatch(q, args, x != nil))
+	br, release, err := r.sendBatch(cctx, claimBatch(q, args))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -966,22 +966,17 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 // plans to read and sort all of them instead: 280–470 ms per claim at 200,000
 // pending rows, against 2 ms for the walk. JIT: see withoutJIT.
 //
-// A claim with exclusions (custom) is planned for its own arguments every
-// time, never with the prepared statement's generic plan: only then is the
-// <> ALL over thousands of left-out ids a hash probe per row instead of a
-// walk of the array. A claim without them always runs the generic plan: its
-// arguments (owned partitions, consumer names) do not change its shape, yet
-// PostgreSQL's cost comparison picked a custom plan for every call, and
-// planning the claim cost about 1 ms of the server's CPU per claim (1 µs
-// per event of a batch of 1,000; TestClaimWalksThePendingIndexWithoutStatistics
-// checks that plan too).
-func claimBatch(q string, args []any, custom bool) *pgx.Batch {
+// Every claim runs the prepared statement's generic plan, planned once per
+// connection: its arguments (owned partitions, consumer names, what is in
+// flight) do not change its shape, yet PostgreSQL's cost comparison picked
+// a custom plan for every call, and planning a claim cost about 1 ms of the
+// server's CPU (1 µs per event of a batch of 1,000, more at the small
+// batches of a moderate rate). The exclusions of claimBehindSQL are hashed
+// in the generic plan too (see there).
+// TestClaimWalksThePendingIndexWithoutStatistics checks the generic plans.
+func claimBatch(q string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
-	if custom {
-		b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)")
-	} else {
-		b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)")
-	}
+	b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)")
 	b.Queue(q, args...)
 	return b
 }

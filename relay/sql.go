@@ -116,9 +116,14 @@ const heldBack = `
 // they stay pending until the ack commits, and the next events of every
 // other aggregate of theirs must wait for its outcomes. Matching the aggregate
 // id alone may hold back an aggregate of another type with the same id for
-// one batch, which costs nothing: a <> ALL over a uuid array is a cheap
-// filter (hashed in a custom plan), where an anti-join on an unnest of
-// (type, id) pairs was planned as a nested loop.
+// one batch, which costs nothing. Both are NOT IN over an unnest of the
+// array: an uncorrelated subquery, which PostgreSQL hashes once per claim
+// ("hashed SubPlan") in the prepared statement's generic plan too, so that
+// the claim is not planned anew every time (about 1 ms of the server's CPU
+// per claim). A <> ALL over the array is hashed only in a custom plan (the
+// array a constant), and an anti-join on an unnest of (type, id) pairs was
+// planned as a nested loop. (The arrays hold no NULL, so NOT IN means "not
+// one of them".)
 //
 // It looks at the first {window} pending events only: when a few aggregates
 // hold most of the backlog, every candidate may sit behind the batches in
@@ -132,8 +137,8 @@ FROM (SELECT * FROM {s}.aa_outbox_event e
         {partition_filter}
       ORDER BY e.id
       LIMIT {window}) e
-WHERE (e.aggregate_id IS NULL OR e.aggregate_id <> ALL({p1}::uuid[]))
-  AND e.id <> ALL({p2}::bigint[])` + notBlocked + `
+WHERE (e.aggregate_id IS NULL OR e.aggregate_id NOT IN (SELECT unnest({p1}::uuid[])))
+  AND e.id NOT IN (SELECT unnest({p2}::bigint[]))` + notBlocked + `
 ORDER BY e.id
 LIMIT {batch}`
 
@@ -400,8 +405,8 @@ func batchSizes(batch, maxBatch int) []int {
 }
 
 // newQueries fills in the schema, and the partition count and batch sizes
-// as literals: with them as parameters PostgreSQL estimates the generic plan
-// of the claim worse than the custom ones and plans it anew on every call.
+// as literals: the claims run their generic plans (claimBatch), which are
+// planned for these values rather than for unknown ones.
 func newQueries(schema string, partitions, batch, maxBatch int) queries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(), "{partitions}", strconv.Itoa(partitions))
 	q := queries{
