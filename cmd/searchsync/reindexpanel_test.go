@@ -367,11 +367,10 @@ func checkSearchable(t *testing.T, bctx context.Context, addr, alias string) {
 	// history; the relay at addr exports its own figure once it has seen
 	// one of its writes become searchable.
 	metric := `searchsync_searchable_latency_seconds_count{consumer="search",index="` + alias + `"}`
-	var n float64
 	testenv.Eventually(t, 60*time.Second, func() bool {
-		n, _ = metricSample(t, addr, metric)
+		n, _ := metricSample(t, addr, metric)
 		return n > 0
-	}, "%s at %s: %v", metric, addr, n)
+	}, "%s at %s is not above zero", metric, addr)
 	want := []string{alias + " p50", alias + " p99"}
 	var c *chartState
 	points := func() bool {
