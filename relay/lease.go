@@ -22,22 +22,26 @@ type leases struct {
 	q    *queries
 	cfg  *Config
 
-	mu         sync.Mutex
-	owned      map[int]int64 // partition -> epoch
-	releasing  map[int]bool  // above the fair share: no new claims, released when not in flight
-	inflight   map[int]bool  // partitions of the batch in flight
-	validUntil time.Time     // local deadline of the leases (last renewal start + ttl)
-	live       int           // live instances at the last heartbeat
-	beatAt     time.Time     // last successful heartbeat
+	mu        sync.Mutex
+	owned     map[int]int64 // partition -> epoch
+	releasing map[int]bool  // above the fair share: no new claims, released when not in flight
+	// doubted are partitions an ack found fenced, with when: no new claims
+	// until a heartbeat that started after that has renewed them (or
+	// dropped them as lost); see doubt.
+	doubted    map[int]time.Time
+	inflight   map[int]bool // partitions of the batch in flight
+	validUntil time.Time    // local deadline of the leases (last renewal start + ttl)
+	live       int          // live instances at the last heartbeat
+	beatAt     time.Time    // last successful heartbeat
 	lastErr    error
 
-	changed chan struct{} // signalled when partitions were acquired
+	changed chan struct{} // signalled when partitions were acquired, or doubted ones renewed
 	kick    chan struct{} // asks for a heartbeat now (an ack was fenced)
 }
 
 func newLeases(pool *pgxpool.Pool, q *queries, cfg *Config) *leases {
 	return &leases{pool: pool, q: q, cfg: cfg, owned: map[int]int64{}, releasing: map[int]bool{},
-		inflight: map[int]bool{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+		doubted: map[int]time.Time{}, inflight: map[int]bool{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // prepare creates the lease rows and refuses to run beside live instances
@@ -92,9 +96,20 @@ func (l *leases) run(ctx context.Context) {
 	}
 }
 
-// heartbeatNow makes the lease loop renew at once, so that a lost lease is
-// noticed before the next claim rather than at the next tick.
-func (l *leases) heartbeatNow() {
+// doubt is told that an ack of a batch claimed from c was fenced: one of
+// c's partitions is held by another instance now. None of them is claimed
+// again until a heartbeat started after this call has renewed them (the
+// lost ones are dropped then), and that heartbeat runs at once. Without it
+// the relay claimed, delivered and acked the lost partition's events again
+// and again, every ack fenced, until the renewal returned (58 times in one
+// run on a loaded machine).
+func (l *leases) doubt(c claimable) {
+	now := time.Now()
+	l.mu.Lock()
+	for _, p := range c.parts {
+		l.doubted[int(p)] = now
+	}
+	l.mu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -121,6 +136,7 @@ func (l *leases) tick(ctx context.Context) error {
 		l.cfg.Logger.Warn("relay: leases expired without renewal; stopped claiming", "partitions", len(l.owned))
 		clear(l.owned)
 		clear(l.releasing)
+		clear(l.doubted)
 	}
 	return err
 }
@@ -158,6 +174,22 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 			l.cfg.Logger.Warn("relay: lost lease", "partition", p, "epoch", l.owned[p])
 			delete(l.owned, p)
 			delete(l.releasing, p)
+		}
+	}
+	resolved := false
+	for p, at := range l.doubted {
+		// The renewal above ran after the fence was seen: what it kept is
+		// held, what it did not is dropped.
+		if at.Before(start) {
+			delete(l.doubted, p)
+			resolved = true
+		}
+	}
+	if resolved {
+		// The worker may claim the partitions it kept again.
+		select {
+		case l.changed <- struct{}{}:
+		default:
 		}
 	}
 	l.validUntil = start.Add(l.cfg.LeaseTTL)
@@ -248,7 +280,7 @@ func (l *leases) begin() claimable {
 	}
 	var c claimable
 	for p, e := range l.owned {
-		if l.releasing[p] {
+		if _, doubted := l.doubted[p]; doubted || l.releasing[p] {
 			continue
 		}
 		c.parts = append(c.parts, int32(p))
@@ -333,6 +365,7 @@ func (l *leases) leave(ctx context.Context) error {
 	l.mu.Lock()
 	clear(l.owned)
 	clear(l.releasing)
+	clear(l.doubted)
 	l.validUntil = time.Time{}
 	l.mu.Unlock()
 	if _, err := l.pool.Exec(ctx, l.q.releaseAll, l.cfg.InstanceID); err != nil {

@@ -1067,10 +1067,10 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-func (r *Relay) countFenced(n int, affected int64, bs *BatchStats) {
+func (r *Relay) countFenced(c claimable, n int, affected int64, bs *BatchStats) {
 	if fenced := n - int(affected); fenced > 0 {
 		bs.Fenced = fenced
-		r.leases.heartbeatNow()
+		r.leases.doubt(c)
 		r.cfg.Logger.Warn("relay: outcomes not recorded: partition lease lost (the new owner delivers these events again)",
 			"events", fenced, "batch", n)
 	}
@@ -1111,7 +1111,7 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 			release()
 		}
 		if err == nil {
-			r.countFenced(n, affected, bs)
+			r.countFenced(c, n, affected, bs)
 			return nil
 		}
 		d := bo.NextBackOff()
