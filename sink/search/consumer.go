@@ -681,11 +681,14 @@ func (c *Consumer) failTarget(t *target, out []sink.Outcome, o sink.Outcome) {
 // fold applies the steps of a document in order onto its current state and
 // returns the op that writes the final state (nil when nothing changes),
 // the steps that contributed to it and the final state (nil for a hard
-// delete).
+// delete). It changes neither state nor the steps' documents: the final
+// state is built copy-on-write (projections.Writable) and may share maps
+// with both, so that it must not be changed in place either.
 func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*indexer.BulkOp, []int, map[string]any) {
 	var contributed []int
 	var last *projections.Result
 	deleted := false
+	w := projections.NewWritable(state)
 	for i := range steps {
 		s := &steps[i]
 		r := s.res
@@ -699,31 +702,29 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 		maxVersion = r.Version
 		switch r.Op {
 		case projections.OpIndex:
-			// Never the result's own map: the same result is folded for
-			// every target of the alias (a running reindex's too, whose
-			// definition may differ), and the state is changed below.
+			// The same result is folded for every target of the alias (a
+			// running reindex's too, whose definition may differ): its
+			// document is shared, never changed.
 			if r.Partial {
-				state = projections.DeepMerge(state, r.Doc)
+				w.Merge(r.Doc)
 			} else {
-				state = projections.Clone(r.Doc)
+				w.Replace(r.Doc)
 			}
 			deleted = false
 			if t.def.DeleteMode == mapping.DeleteSoft {
-				state[t.def.TombstoneField] = false
+				w.Set(t.def.TombstoneField, false)
 			}
 		case projections.OpDelete:
 			if t.def.DeleteMode == mapping.DeleteSoft {
-				if state == nil {
-					state = map[string]any{}
-				}
 				if r.Tenant != "" && t.def.Tenancy.Mode == mapping.TenancyShared {
-					if _, ok := projections.Lookup(state, t.def.Tenancy.Field); !ok {
-						projections.SetPath(state, t.def.Tenancy.Field, r.Tenant)
+					if _, ok := projections.Lookup(w.Doc(), t.def.Tenancy.Field); !ok {
+						w.Set(t.def.Tenancy.Field, r.Tenant)
 					}
 				}
-				state[t.def.TombstoneField] = true
+				w.Set(t.def.TombstoneField, true)
 			} else {
-				state, deleted = nil, true
+				w.Replace(nil)
+				deleted = true
 			}
 		}
 		last = r
@@ -732,6 +733,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 	if last == nil {
 		return nil, nil, nil
 	}
+	state = w.Doc()
 	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: last.Version, RequireAlias: true}
 	if deleted {
 		op.Type = indexer.OpDelete
@@ -762,7 +764,7 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 	states := make([]map[string]any, len(order))
 	parallel(len(order), func(i int) {
 		if t := order[i]; !t.failed {
-			ops[i], contrib[i], states[i] = fold(t, t.steps, projections.Clone(t.current), t.curVersion)
+			ops[i], contrib[i], states[i] = fold(t, t.steps, t.current, t.curVersion)
 		}
 	})
 	writes := make([]*pending, 0, len(order))
@@ -946,12 +948,14 @@ func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []sink
 		t := p.t
 		c.states.drop(t.alias, t.id) // written event by event below
 		ch := &chain{t: t}
-		state := projections.Clone(t.current)
+		state := t.current
 		maxV := t.curVersion
 		from := 0
 		for _, ci := range p.contributed {
-			op, _, _ := fold(t, t.steps[ci:ci+1], projections.Clone(state), maxV)
-			state = applyState(t, t.steps[ci].res, state)
+			// A step that contributed to the whole fold contributes
+			// alone too: op is never nil.
+			var op *indexer.BulkOp
+			op, _, state = fold(t, t.steps[ci:ci+1], state, maxV)
 			maxV = t.steps[ci].res.Version
 			rd := round{op: op, step: ci}
 			for k := from; k <= ci; k++ {
@@ -1000,32 +1004,6 @@ func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []sink
 			}
 		}
 	}
-}
-
-// applyState is the state after one step (the same rules as fold).
-func applyState(t *target, r *projections.Result, state map[string]any) map[string]any {
-	switch r.Op {
-	case projections.OpIndex:
-		if r.Partial {
-			state = projections.DeepMerge(projections.Clone(state), r.Doc)
-		} else {
-			state = projections.Clone(r.Doc)
-		}
-		if t.def.DeleteMode == mapping.DeleteSoft {
-			state[t.def.TombstoneField] = false
-		}
-	case projections.OpDelete:
-		if t.def.DeleteMode == mapping.DeleteSoft {
-			state = projections.Clone(state)
-			if state == nil {
-				state = map[string]any{}
-			}
-			state[t.def.TombstoneField] = true
-		} else {
-			state = nil
-		}
-	}
-	return state
 }
 
 // parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines, in contiguous
