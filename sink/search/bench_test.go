@@ -248,6 +248,12 @@ func (w indexWork) String() string {
 		w.Indexing, w.Refreshes, w.Refresh, w.Merges, w.Merge)
 }
 
+// since is the work done since was.
+func (w indexWork) since(was indexWork) indexWork {
+	return indexWork{Indexing: w.Indexing - was.Indexing, Refresh: w.Refresh - was.Refresh, Merge: w.Merge - was.Merge,
+		Refreshes: w.Refreshes - was.Refreshes, Merges: w.Merges - was.Merges}
+}
+
 func (b *bundle) indexWork(index string) indexWork {
 	b.t.Helper()
 	resp, err := http.Get(testenv.EngineURL(b.t) + "/" + index + "/_stats/indexing,refresh,merge")

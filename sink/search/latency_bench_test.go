@@ -177,10 +177,10 @@ func benchLatency(b *testing.B, pin bool) {
 		batchMu.Lock()
 		measuring = true
 		batchMu.Unlock()
-		before, cpu0, cons0 := r.Stats(), testenv.ReadCPU(), cons.Stats()
+		before, cpu0, cons0, work0 := r.Stats(), testenv.ReadCPU(), cons.Stats(), bd.indexWork(bd.alias)
 		produced := produce(steady, rate, true)
 		bd.waitPending(5 * time.Minute)
-		after, cpu, cons1 := r.Stats(), testenv.ReadCPU().Sub(cpu0), cons.Stats()
+		after, cpu, cons1, work := r.Stats(), testenv.ReadCPU().Sub(cpu0), cons.Stats(), bd.indexWork(bd.alias).since(work0)
 		batchMu.Lock()
 		measuring = false
 		var claims, delivers, acks []time.Duration
@@ -237,6 +237,7 @@ func benchLatency(b *testing.B, pin bool) {
 			b.Logf("steady phase, per batch p50 / p99 / max: claim %.1f / %.1f / %.1f ms, deliver %.1f / %.1f / %.1f ms, ack %.1f / %.1f / %.1f ms",
 				ms(claims, 0.5), ms(claims, 0.99), ms(claims, 1), ms(delivers, 0.5), ms(delivers, 0.99), ms(delivers, 1),
 				ms(acks, 0.5), ms(acks, 0.99), ms(acks, 1))
+			b.Logf("steady phase: %s", work)
 		}
 	}
 }
