@@ -36,10 +36,11 @@
 //
 // A payload whose `before`/`after` hold only the changed fields is partial:
 // the Result has Partial set and its Doc holds only the mentioned fields; the
-// search consumer merges it onto the current document (DeepMerge), so a field
-// the event did not mention never disappears. An explicit null in `after`
-// sets the field to null. Events matching full_state_on carry the whole state
-// in `after`: their document replaces the current one.
+// search consumer merges it onto the current document (as DeepMerge does,
+// copy-on-write through a Writable), so a field the event did not mention
+// never disappears. An explicit null in `after` sets the field to null.
+// Events matching full_state_on carry the whole state in `after`: their
+// document replaces the current one.
 //
 // # Field types
 //

@@ -22,8 +22,9 @@ import (
 // as after any write that did not succeed. Anything else (a version gap, an
 // unknown document, an entry evicted) falls back to the _mget.
 //
-// Entries are never changed in place: a hit hands out the map, which fold
-// clones before merging, and a write caches the state fold built for it.
+// Entries are never changed in place: a hit hands out the map, onto which
+// fold merges copy-on-write (projections.Writable), and a write caches the
+// state fold built for it, which may share maps with the entry it replaced.
 type stateCache struct {
 	mu    sync.Mutex
 	max   int
