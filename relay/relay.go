@@ -1049,11 +1049,11 @@ func passable(a ackRow) bool {
 }
 
 // dispatchedOnly reports that every outcome is dispatched, without an
-// error to record, and that no event had delivery rows: ackDispatchedSQL
-// writes them.
+// error to record or attempts to count, and that no event had delivery
+// rows: ackHeldSQL (or ackDispatchedSQL) writes them.
 func dispatchedOnly(acks []ackRow) bool {
 	for _, a := range acks {
-		if a.outcome != "dispatched" || !passable(a) {
+		if a.outcome != "dispatched" || !passable(a) || a.newAttempts != a.attempts {
 			return false
 		}
 	}
@@ -1087,28 +1087,36 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 	n := len(acks)
 	q, args := r.q.ack, r.ackArgs(c, acks)
 	lean := dispatchedOnly(acks)
+	var heldArgs []any
 	if lean {
 		// instance, lease partitions and epochs, ids, partitions,
 		// claimed attempts, new attempts
 		q, args = r.q.ackDispatched, []any{args[0], args[1], args[2], args[3], args[4], args[5], args[9]}
+		heldArgs = args[:4]
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
 	defer cancel()
 	bo := newWaitBackoff()
+	// affected counts the rows every statement that succeeded changed: a
+	// retry after an error repeats only the statements that failed.
+	var affected int64
+	heldDone := !lean
 	for {
-		var affected int64
-		br, release, err := r.sendBatch(actx, withoutJIT(q, args...))
-		if err == nil {
-			_, err = br.Exec()
-			if err == nil && lean {
-				var tag pgconn.CommandTag
-				tag, err = br.Exec()
-				affected = tag.RowsAffected()
-			} else if err == nil {
-				err = br.QueryRow().Scan(&affected)
+		var err error
+		if !heldDone {
+			// Every claimed partition still held: the ids alone.
+			var k int64
+			if k, err = r.ackExec(actx, r.q.ackHeld, heldArgs, true); err == nil {
+				affected, heldDone = affected+k, true
 			}
-			err = errors.Join(err, br.Close())
-			release()
+		}
+		if err == nil && affected < int64(n) {
+			// Not a lean batch, or a partition was lost (or rows were acked
+			// before): partition by partition.
+			var k int64
+			if k, err = r.ackExec(actx, q, args, lean); err == nil {
+				affected += k
+			}
 		}
 		if err == nil {
 			r.countFenced(c, n, affected, bs)
@@ -1124,6 +1132,27 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 		case <-time.After(d):
 		}
 	}
+}
+
+// ackExec runs one ack statement without JIT and returns how many outbox
+// rows it changed: its command tag's count when tagged, else the count it
+// returns (ackSQL).
+func (r *Relay) ackExec(ctx context.Context, q string, args []any, tagged bool) (int64, error) {
+	br, release, err := r.sendBatch(ctx, withoutJIT(q, args...))
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	var affected int64
+	_, err = br.Exec()
+	if err == nil && tagged {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		affected = tag.RowsAffected()
+	} else if err == nil {
+		err = br.QueryRow().Scan(&affected)
+	}
+	return affected, errors.Join(err, br.Close())
 }
 
 func deadline(ctx context.Context) time.Time {

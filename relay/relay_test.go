@@ -268,6 +268,56 @@ func TestAckIsFencedByTheLease(t *testing.T) {
 	}
 }
 
+// A batch whose claim spanned a partition lost while it was delivered is
+// acked partition by partition: its events in the partitions still held are
+// dispatched, those in the lost one stay as they were. (The lean ack of a
+// batch claimed under partitions that are all still held picks its rows by
+// id alone; here it must change nothing and leave the rest to the fallback.)
+func TestAckOfABatchThatSpannedALostPartition(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	bh := &blockingHook{entered: make(chan struct{}, 10), release: make(chan struct{})}
+	cfg := fast()
+	cfg.Partitions = 2
+	cfg.LeaseTTL = 2 * time.Minute // no renewal interferes: the next heartbeat is 40 s away
+	cfg.Routes = []relay.Route{{Consumer: bh}}
+	r, _ := start(t, db, cfg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return r.Stats().Partitions == 2 }, "both partitions owned")
+	ctx := context.Background()
+	// One aggregate in each partition.
+	var aggs [2]*uuid.UUID
+	for aggs[0] == nil || aggs[1] == nil {
+		a := uuid.New()
+		var part int
+		if err := db.Pool.QueryRow(ctx, `SELECT abs(hashtextextended('DDM_ENTITY/' || $1::text, 0) % 2)::int`, a).Scan(&part); err != nil {
+			t.Fatal(err)
+		}
+		if aggs[part] == nil {
+			aggs[part] = &a
+		}
+	}
+	ids := write(t, db, event(aggs[0], "entity.customer.updated", "DDM_ENTITY", 1), event(aggs[1], "entity.customer.updated", "DDM_ENTITY", 1))
+	select {
+	case <-bh.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE aa_relay_lease SET owner = 'intruder', epoch = epoch + 1 WHERE partition = 1`); err != nil {
+		t.Fatal(err)
+	}
+	close(bh.release)
+	testenv.Eventually(t, 10*time.Second, func() bool { return r.Stats().Fenced >= 1 }, "ack fenced")
+	if got := getRow(t, db, ids[0]); got.Status != "dispatched" {
+		t.Errorf("event of the partition still held: %+v, want dispatched", got)
+	}
+	if got := getRow(t, db, ids[1]); got.Status != "pending" || got.Attempts != 0 || got.Dispatched != nil {
+		t.Errorf("event of the lost partition: %+v, want untouched", got)
+	}
+	if f := r.Stats().Fenced; f != 1 {
+		t.Errorf("%d outcomes fenced, want 1", f)
+	}
+}
+
 // Two instances split the partitions; when one stops the other takes all.
 func TestInstancesShareAndTakeOverPartitions(t *testing.T) {
 	t.Parallel()

@@ -241,6 +241,23 @@ UPDATE {s}.aa_outbox_event e SET status = 'dispatched', attempts = o.new_attempt
 FROM o
 WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts`
 
+// ackHeldSQL is ackDispatchedSQL while the acker still holds every
+// partition it claimed under ($1…$3 as for ackSQL; $4 the ids): the ids
+// alone pick the rows, as the bare UPDATE of a SKIP LOCKED loop does, when
+// every lease row is still there; else it changes nothing and the relay
+// falls back to ackDispatchedSQL, which fences partition by partition.
+// Joining every row with its partition and claimed attempts (unnest of
+// four arrays) cost PostgreSQL about 1.5 µs per event more than the bare
+// UPDATE (a scratch comparison over 20,000 rows: 171–187 ms against
+// 139–150 ms). The claimed attempts need no check here: a dispatched
+// outcome leaves them as claimed, and a row acked before is no longer
+// pending.
+const ackHeldSQL = ackLeaseCTE + `
+held AS (SELECT count(*) AS n FROM lease)
+UPDATE {s}.aa_outbox_event e SET status = 'dispatched', dispatched_at = now()
+WHERE e.id = ANY($4::bigint[]) AND e.status = 'pending'
+  AND (SELECT n FROM held) = cardinality($2::int[])`
+
 // Consumer pause statements ($1 is always the consumer).
 const (
 	// releaseHeldSQL makes the next $2 events held for consumer $1 (by id)
@@ -377,7 +394,7 @@ type queries struct {
 	// claims are the claim statements by batch size, smallest first
 	// (Config.BatchSize, doubling up to Config.MaxBatchSize).
 	claims                                                []claimSet
-	ack, ackDispatched                                    string
+	ack, ackDispatched, ackHeld                           string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 	releaseAll                                            string
@@ -412,6 +429,7 @@ func newQueries(schema string, partitions, batch, maxBatch int) queries {
 	q := queries{
 		ack:                 r.Replace(ackSQL),
 		ackDispatched:       r.Replace(ackDispatchedSQL),
+		ackHeld:             r.Replace(ackHeldSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),
 		trimPartitions:      r.Replace(trimPartitionsSQL),
