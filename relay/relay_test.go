@@ -209,16 +209,25 @@ func (b *blockingHook) Deliver(ctx context.Context, events []*outbox.Event) []si
 	return out
 }
 
-// An instance that lost its lease while delivering cannot record outcomes.
-func TestAckIsFencedByTheLease(t *testing.T) {
-	t.Parallel()
+// startBlocked starts a relay over partitions partitions whose consumer
+// blocks every delivery until bh.release is closed; no lease renewal
+// interferes (the next heartbeat is 40 s away).
+func startBlocked(t *testing.T, partitions int) (*testenv.DB, *relay.Relay, *blockingHook) {
+	t.Helper()
 	db := testenv.NewDB(t)
 	bh := &blockingHook{entered: make(chan struct{}, 10), release: make(chan struct{})}
 	cfg := fast()
-	cfg.Partitions = 1
-	cfg.LeaseTTL = 2 * time.Minute // no renewal interferes: the next heartbeat is 40 s away
+	cfg.Partitions = partitions
+	cfg.LeaseTTL = 2 * time.Minute
 	cfg.Routes = []relay.Route{{Consumer: bh}}
 	r, _ := start(t, db, cfg)
+	return db, r, bh
+}
+
+// An instance that lost its lease while delivering cannot record outcomes.
+func TestAckIsFencedByTheLease(t *testing.T) {
+	t.Parallel()
+	db, r, bh := startBlocked(t, 1)
 	agg := uuid.New()
 	id := write(t, db, event(&agg, "entity.customer.updated", "DDM_ENTITY", 1))[0]
 	select {
@@ -275,13 +284,7 @@ func TestAckIsFencedByTheLease(t *testing.T) {
 // id alone; here it must change nothing and leave the rest to the fallback.)
 func TestAckOfABatchThatSpannedALostPartition(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDB(t)
-	bh := &blockingHook{entered: make(chan struct{}, 10), release: make(chan struct{})}
-	cfg := fast()
-	cfg.Partitions = 2
-	cfg.LeaseTTL = 2 * time.Minute // no renewal interferes: the next heartbeat is 40 s away
-	cfg.Routes = []relay.Route{{Consumer: bh}}
-	r, _ := start(t, db, cfg)
+	db, r, bh := startBlocked(t, 2)
 	testenv.Eventually(t, 10*time.Second, func() bool { return r.Stats().Partitions == 2 }, "both partitions owned")
 	ctx := context.Background()
 	// One aggregate in each partition.
