@@ -38,8 +38,8 @@ import (
 //     steady phase asked for that measured a saturated machine, not one
 //     at half load. The maximum rate is the lower of the two;
 //
-//  2. the steady phase: the next 25,000 events, written by the eight
-//     producers at half the maximum rate, the first 5,000 a warm-up;
+//  2. the steady phase: the next 30,000 events, written by the eight
+//     producers at half the maximum rate, the first 10,000 a warm-up;
 //     for every event of the other 20,000, commit → acknowledged is
 //     the ack statement's now() (dispatched_at; the ack's own commit comes
 //     a few milliseconds later) minus the time its COMMIT returned to the
@@ -78,7 +78,7 @@ func benchLatency(b *testing.B, pin bool) {
 	for range b.N {
 		bd := setup(b)
 		w := loadgen.Realistic()
-		w.Events = 75000
+		w.Events = 80000
 		all := w.Make()
 		bd.produceMany(all[:40000])
 		if pin {
@@ -88,7 +88,7 @@ func benchLatency(b *testing.B, pin bool) {
 			}
 			b.Cleanup(restore)
 		}
-		flatOut, warm, steady := all[40000:50000], all[50000:55000], all[55000:]
+		flatOut, warm, steady := all[40000:50000], all[50000:60000], all[60000:]
 
 		cons := bd.consumer(nil)
 		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler),
