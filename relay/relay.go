@@ -1076,10 +1076,12 @@ func (r *Relay) countFenced(c claimable, n int, affected int64, bs *BatchStats) 
 	}
 }
 
-// ack writes the outcomes in one statement, retrying while the database is
-// away for as long as the leases can still be valid. The statement only
-// applies to rows whose attempts are still what was claimed, so a retry after
-// an ack whose reply was lost changes nothing twice.
+// ack writes the outcomes in one statement (two when a lean batch's claimed
+// partitions are not all held any more), retrying while the database is
+// away for as long as the leases can still be valid. The statements only
+// apply to rows that are still pending (ackSQL and ackDispatchedSQL: with
+// the attempts they were claimed with), so a retry after an ack whose reply
+// was lost changes nothing twice.
 func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats) error {
 	if len(acks) == 0 {
 		return nil
