@@ -25,7 +25,7 @@ import (
 
 // BenchmarkLatencyAtHalfRate measures, from the producer's commit, how long
 // an event takes to be acknowledged and to become searchable while the
-// producer writes at half of the relay's maximum rate. One relay, default
+// producers write at half of the maximum rate (below). One relay, default
 // configuration, the realistic workload (loadgen.Realistic):
 //
 //  1. the maximum rate: the relay drains a backlog of its first 40,000
