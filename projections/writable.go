@@ -78,9 +78,9 @@ func (w *Writable) Set(path string, value any) {
 	}
 }
 
-// own returns m if this Writable made it, else a copy of it (maps.Clone
-// copies the table as it is, much faster than inserting key by key; a new
-// map for room for extra keys for nil) that it then owns.
+// own returns m if this Writable made it, else a copy of it that it then
+// owns: maps.Clone (it copies the table as it is, much faster than
+// inserting key by key), or for nil a new map with room for extra keys.
 func (w *Writable) own(m map[string]any, extra int) map[string]any {
 	var c map[string]any
 	if m == nil {

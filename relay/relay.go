@@ -1050,7 +1050,7 @@ func passable(a ackRow) bool {
 
 // dispatchedOnly reports that every outcome is dispatched, without an
 // error to record or attempts to count, and that no event had delivery
-// rows: ackHeldSQL (or ackDispatchedSQL) writes them.
+// rows: ackHeldSQL writes them while the claimed partitions are held.
 func dispatchedOnly(acks []ackRow) bool {
 	for _, a := range acks {
 		if a.outcome != "dispatched" || !passable(a) || a.newAttempts != a.attempts {
@@ -1079,36 +1079,29 @@ func (r *Relay) countFenced(c claimable, n int, affected int64, bs *BatchStats) 
 // ack writes the outcomes in one statement (two when a lean batch's claimed
 // partitions are not all held any more), retrying while the database is
 // away for as long as the leases can still be valid. The statements only
-// apply to rows that are still pending (ackSQL and ackDispatchedSQL: with
-// the attempts they were claimed with), so a retry after an ack whose reply
-// was lost changes nothing twice.
+// apply to rows that are still pending (ackSQL: with the attempts they were
+// claimed with), so a retry after an ack whose reply was lost changes
+// nothing twice.
 func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats) error {
 	if len(acks) == 0 {
 		return nil
 	}
 	n := len(acks)
-	q, args := r.q.ack, r.ackArgs(c, acks)
-	lean := dispatchedOnly(acks)
-	var heldArgs []any
-	if lean {
-		// instance, lease partitions and epochs, ids, partitions,
-		// claimed attempts, new attempts
-		q, args = r.q.ackDispatched, []any{args[0], args[1], args[2], args[3], args[4], args[5], args[9]}
-		heldArgs = args[:4]
-	}
+	args := r.ackArgs(c, acks)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
 	defer cancel()
 	bo := newWaitBackoff()
 	// affected counts the rows every statement that succeeded changed: a
 	// retry after an error repeats only the statements that failed.
 	var affected int64
-	heldDone := !lean
+	heldDone := !dispatchedOnly(acks)
 	for {
 		var err error
 		if !heldDone {
-			// Every claimed partition still held: the ids alone.
+			// Every claimed partition still held: the ids alone
+			// (instance, lease partitions and epochs, ids).
 			var k int64
-			if k, err = r.ackExec(actx, r.q.ackHeld, heldArgs, true); err == nil {
+			if k, err = r.ackExec(actx, r.q.ackHeld, args[:4], true); err == nil {
 				affected, heldDone = affected+k, true
 			}
 		}
@@ -1116,7 +1109,7 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 			// Not a lean batch, or a partition was lost (or rows were acked
 			// before): partition by partition.
 			var k int64
-			if k, err = r.ackExec(actx, q, args, lean); err == nil {
+			if k, err = r.ackExec(actx, r.q.ack, args, false); err == nil {
 				affected += k
 			}
 		}

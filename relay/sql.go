@@ -226,32 +226,19 @@ WITH lease AS (
 	FOR SHARE
 ),`
 
-// ackDispatchedSQL is ackSQL for the common batch: every outcome is
-// dispatched, without an error to record, and no event had delivery rows.
-// The same rows change the same way ($1…$3 as for ackSQL; $4 ids, $5
-// partitions, $6 claimed attempts, $7 new attempts); the outcome, error and
-// delay columns, the CASEs over them and the delivery-row statements are
-// left out. The count of updated rows is the command tag's.
-const ackDispatchedSQL = ackLeaseCTE + `
-o AS (
-	SELECT * FROM unnest($4::bigint[], $5::int[], $6::int[], $7::int[]) AS o(id, part, attempts, new_attempts)
-	WHERE o.part IN (SELECT partition FROM lease)
-)
-UPDATE {s}.aa_outbox_event e SET status = 'dispatched', attempts = o.new_attempts, dispatched_at = now()
-FROM o
-WHERE e.id = o.id AND e.status = 'pending' AND e.attempts = o.attempts`
-
-// ackHeldSQL is ackDispatchedSQL while the acker still holds every
-// partition it claimed under ($1…$3 as for ackSQL; $4 the ids): the ids
-// alone pick the rows, as the bare UPDATE of a SKIP LOCKED loop does, when
-// every lease row is still there; else it changes nothing and the relay
-// falls back to ackDispatchedSQL, which fences partition by partition.
-// Joining every row with its partition and claimed attempts (unnest of
-// four arrays) cost PostgreSQL about 1.5 µs per event more than the bare
-// UPDATE (a scratch comparison over 20,000 rows: 171–187 ms against
-// 139–150 ms). The claimed attempts need no check here: a dispatched
-// outcome leaves them as claimed, and a row acked before is no longer
-// pending.
+// ackHeldSQL is ackSQL for the common batch (every outcome dispatched,
+// without an error to record, and no event had delivery rows) while the
+// acker still holds every partition it claimed under ($1…$3 as for ackSQL;
+// $4 the ids): the ids alone pick the rows, as the bare UPDATE of a SKIP
+// LOCKED loop does, when every lease row is still there; else it changes
+// nothing and the relay falls back to ackSQL, which fences partition by
+// partition. Joining every row with its partition and claimed attempts
+// (the unnest of arrays a lean form of ackSQL did) cost PostgreSQL about
+// 1.5 µs per event more than the bare UPDATE (a scratch comparison over
+// 20,000 rows: 171–187 ms against 139–150 ms). The claimed attempts need
+// no check here: a dispatched outcome leaves them as claimed, and a row
+// acked before is no longer pending. The count of updated rows is the
+// command tag's.
 const ackHeldSQL = ackLeaseCTE + `
 held AS (SELECT count(*) AS n FROM lease)
 UPDATE {s}.aa_outbox_event e SET status = 'dispatched', dispatched_at = now()
@@ -394,7 +381,7 @@ type queries struct {
 	// claims are the claim statements by batch size, smallest first
 	// (Config.BatchSize, doubling up to Config.MaxBatchSize).
 	claims                                                []claimSet
-	ack, ackDispatched, ackHeld                           string
+	ack, ackHeld                                          string
 	ensurePartitions, otherPartitionCount, trimPartitions string
 	heartbeat, forgetDead, renew, acquire, release, leave string
 	releaseAll                                            string
@@ -428,7 +415,6 @@ func newQueries(schema string, partitions, batch, maxBatch int) queries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(), "{partitions}", strconv.Itoa(partitions))
 	q := queries{
 		ack:                 r.Replace(ackSQL),
-		ackDispatched:       r.Replace(ackDispatchedSQL),
 		ackHeld:             r.Replace(ackHeldSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),

@@ -173,6 +173,9 @@ func benchLatency(b *testing.B, pin bool) {
 		maxRate := min(drainRate, systemRate)
 		rate := maxRate * share
 
+		// The warm-up is not measured: right after the backlog and the
+		// flat-out phase the engine and PostgreSQL are still busy with
+		// them (merges, vacuum).
 		produce(warm, rate, false)
 		batchMu.Lock()
 		measuring = true
