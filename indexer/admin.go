@@ -22,10 +22,11 @@ import (
 type Admin interface {
 	// Scroll walks every document of index matching query (nil: all),
 	// size per page, in index order, calling fn with the total and each
-	// page. With source false the hits carry ids, versions and routing
-	// only. The scroll is cleared when Scroll returns; an error of fn ends
-	// the walk and is returned.
-	Scroll(ctx context.Context, index string, query json.RawMessage, size int, source bool, fn func(total int64, hits []ScrollHit) error) error
+	// page. The hits carry ids, versions and routing, and the source fields
+	// named in source (nil: no source; WholeSource: all of it). The scroll
+	// is cleared when Scroll returns; an error of fn ends the walk and is
+	// returned.
+	Scroll(ctx context.Context, index string, query json.RawMessage, size int, source []string, fn func(total int64, hits []ScrollHit) error) error
 	// GroupCounts counts the documents of index matching query (nil: all)
 	// per combination of the values of fields (a composite aggregation,
 	// paged), keyed by the values joined with "/" (a missing value is "");
@@ -54,6 +55,9 @@ type Admin interface {
 	// (the refresh stats at shard level); it refreshes nothing.
 	Refreshes(ctx context.Context, index string) (map[string]int64, error)
 }
+
+// WholeSource asks Scroll for every field of the source.
+var WholeSource = []string{"*"}
 
 // ScrollHit is one document of a scroll.
 type ScrollHit struct {
@@ -155,8 +159,11 @@ type scrollPage struct {
 	} `json:"hits"`
 }
 
-func (e *engine) Scroll(ctx context.Context, index string, query json.RawMessage, size int, source bool, fn func(total int64, hits []ScrollHit) error) error {
-	body := map[string]any{"size": size, "version": true, "sort": []string{"_doc"}, "_source": source}
+func (e *engine) Scroll(ctx context.Context, index string, query json.RawMessage, size int, source []string, fn func(total int64, hits []ScrollHit) error) error {
+	body := map[string]any{"size": size, "version": true, "sort": []string{"_doc"}, "_source": false}
+	if source != nil {
+		body["_source"] = source
+	}
 	if query != nil {
 		body["query"] = query
 	}

@@ -47,8 +47,9 @@ type Engine interface {
 	AliasTargets(ctx context.Context, alias string) ([]string, error)
 	// UpdateAliases applies all actions in one atomic _aliases call.
 	UpdateAliases(ctx context.Context, actions []AliasAction) error
-	// Refresh makes recent writes searchable.
-	Refresh(ctx context.Context, index string) error
+	// Refresh makes recent writes searchable: several indexes in one
+	// request, so that they are refreshed at (nearly) the same moment.
+	Refresh(ctx context.Context, indexes ...string) error
 	// Search runs a query body against an index or alias and returns the raw
 	// hits and total.
 	Search(ctx context.Context, index string, body json.RawMessage) (*SearchResult, error)

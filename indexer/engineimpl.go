@@ -214,7 +214,8 @@ func (e *engine) UpdateAliases(ctx context.Context, actions []AliasAction) error
 	return err
 }
 
-func (e *engine) Refresh(ctx context.Context, index string) error {
+func (e *engine) Refresh(ctx context.Context, indexes ...string) error {
+	index := strings.Join(indexes, ",")
 	_, _, err := e.do(ctx, "refresh "+index, request{api: apiRefresh, index: index})
 	return err
 }

@@ -111,7 +111,7 @@ func benchOnce(tb testing.TB) {
 
 	// The same documents, raw.
 	var ops []indexer.BulkOp
-	err = r.adm.Scroll(b.ctx, res.NewIndex, nil, 1000, true, func(_ int64, hits []indexer.ScrollHit) error {
+	err = r.adm.Scroll(b.ctx, res.NewIndex, nil, 1000, indexer.WholeSource, func(_ int64, hits []indexer.ScrollHit) error {
 		for _, h := range hits {
 			ops = append(ops, indexer.BulkOp{Type: indexer.OpIndex, ID: h.ID, Version: h.Version, Doc: json.RawMessage(h.Source)})
 		}

@@ -37,11 +37,13 @@
 //     (Config.Consumers) have delivered every pending event the replay
 //     wrote up to its watermark (Progress.Owed; it gives up when they
 //     deliver nothing of it for Config.CatchUpStall), so that the live
-//     index is not behind by the relay's lag. Then counts per group
-//     (entity type, tenant) through the alias filter, every id and
-//     version, a sample of sources (modulo fields whose mapping changed). Differences caused by writes in flight are re-read;
-//     what persists fails the reindex with a report, deletes the target and
-//     leaves the alias untouched.
+//     index is not behind by the relay's lag. Then every id, version
+//     and group (entity type, tenant) through the alias filter, the
+//     counts per group of what was read, and a sample of sources (modulo
+//     fields whose mapping changed). Differences caused by writes in
+//     flight are re-read in real time, both sides at once; what persists
+//     fails the reindex with a report, deletes the target and leaves the
+//     alias untouched.
 //  6. Swap: one atomic _aliases call (remove old, add new with the
 //     soft-delete filter). The old index is kept for KeepOld (default 24h)
 //     and deleted by Cleanup.

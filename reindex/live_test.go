@@ -338,7 +338,7 @@ func (b *bundle) compareWith(a, ref string) {
 	adm := b.eng.(indexer.Admin)
 	read := func(ix string) map[string]indexer.ScrollHit {
 		out := map[string]indexer.ScrollHit{}
-		if err := adm.Scroll(b.ctx, ix, nil, 1000, true, func(_ int64, hits []indexer.ScrollHit) error {
+		if err := adm.Scroll(b.ctx, ix, nil, 1000, indexer.WholeSource, func(_ int64, hits []indexer.ScrollHit) error {
 			for _, h := range hits {
 				out[h.ID] = h
 			}

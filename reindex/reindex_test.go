@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
 )
 
 func testLevel() slog.Level {
@@ -228,14 +230,28 @@ func TestCheckFailureLeavesAliasAlone(t *testing.T) {
 	b.dispatchAll()
 	old := b.buildLive(b.def(nil))
 	live := b.gen.Live()
-	victim, changed := live[0].ID.String(), live[1].ID.String()
+	victim, changed, moved := live[0].ID.String(), live[1].ID.String(), live[2].ID.String()
 	cfg := b.config(b.def(emailAsText))
 	cfg.beforeVerify = func(target string) {
+		// moved gets the same version on both sides, but another tenant in
+		// the new index: only its group differs.
+		got, err := b.eng.MGet(b.ctx, old, []string{moved})
+		if err != nil || got[moved].Source == nil {
+			t.Errorf("read %s: %v", moved, err)
+			return
+		}
+		doc, _ := projections.Decode(got[moved].Source)
+		elsewhere := maps.Clone(doc)
+		elsewhere[cfg.Def.Tenancy.Field] = "elsewhere"
+		same, _ := json.Marshal(doc)
+		other, _ := json.Marshal(elsewhere)
 		res, err := b.eng.Bulk(b.ctx, []indexer.BulkOp{
 			{Type: indexer.OpDelete, Index: target, ID: victim, Version: 1 << 40},
 			{Type: indexer.OpIndex, Index: target, ID: changed, Version: 1 << 40, Doc: json.RawMessage(`{"code":"tampered"}`)},
+			{Type: indexer.OpIndex, Index: old, ID: moved, Version: 1 << 40, Doc: same},
+			{Type: indexer.OpIndex, Index: target, ID: moved, Version: 1 << 40, Doc: other},
 		})
-		if err != nil || res[0].Status >= 300 || res[1].Status >= 300 {
+		if err != nil || slices.ContainsFunc(res, func(r indexer.BulkResult) bool { return r.Status >= 300 }) {
 			t.Errorf("tamper: %+v %v", res, err)
 		}
 	}
@@ -249,10 +265,14 @@ func TestCheckFailureLeavesAliasAlone(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"FAILED", "missing in new: " + victim, "version differs: " + changed, "count differs"} {
+	for _, want := range []string{"FAILED", "missing in new: " + victim, "version differs: " + changed,
+		"count differs for entity_type/tenant_key=customer/elsewhere: old 0, new 1"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("report lacks %q:\n%s", want, msg)
 		}
+	}
+	if strings.Contains(msg, moved+" (old") {
+		t.Errorf("report names %s's version, which is the same on both sides:\n%s", moved, msg)
 	}
 	t.Log(msg)
 	if tg, _ := b.eng.AliasTargets(b.ctx, b.alias); len(tg) != 1 || tg[0] != old {

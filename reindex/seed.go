@@ -34,7 +34,7 @@ func (r *Reindexer) seed(ctx context.Context, source string) error {
 	rt := rate{start: time.Now()}
 	var seeded atomic.Int64
 	// Pages of two bulks: fewer scroll round trips, the same bulk size.
-	err = r.adm.Scroll(gctx, source, query, 2*r.cfg.BulkSize, true, func(total int64, hits []indexer.ScrollHit) error {
+	err = r.adm.Scroll(gctx, source, query, 2*r.cfg.BulkSize, indexer.WholeSource, func(total int64, hits []indexer.ScrollHit) error {
 		r.update(func(p *Progress) { p.DocsTotal = total })
 		ops := make([]indexer.BulkOp, 0, len(hits))
 		for _, h := range hits {
@@ -338,7 +338,7 @@ func (r *Reindexer) startSeedPrep(ctx context.Context, source string, versions, 
 			return
 		}
 		n := 0
-		err := r.adm.Scroll(ctx, source, nil, 10000, false, func(_ int64, hits []indexer.ScrollHit) error {
+		err := r.adm.Scroll(ctx, source, nil, 10000, nil, func(_ int64, hits []indexer.ScrollHit) error {
 			r.seededMu.Lock()
 			for _, h := range hits {
 				r.seeded[h.ID] = h.Version

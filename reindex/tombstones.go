@@ -43,7 +43,7 @@ func (r *Reindexer) compactedTombstones(ctx context.Context, source string) ([]s
 	tq, _ := json.Marshal(map[string]any{"term": map[string]any{r.cfg.Def.TombstoneField: true}})
 	var skip []string
 	tombstones := 0
-	err := r.adm.Scroll(ctx, source, tq, 10000, false, func(_ int64, hits []indexer.ScrollHit) error {
+	err := r.adm.Scroll(ctx, source, tq, 10000, nil, func(_ int64, hits []indexer.ScrollHit) error {
 		tombstones += len(hits)
 		ids := make([]string, 0, len(hits))
 		for _, h := range hits {
@@ -133,7 +133,7 @@ func (r *Reindexer) dropTombstones(ctx context.Context) error {
 	}
 	query, _ := json.Marshal(map[string]any{"term": map[string]any{def.TombstoneField: true}})
 	var dropped int64
-	err := r.adm.Scroll(ctx, r.target, query, 5000, false, func(_ int64, hits []indexer.ScrollHit) error {
+	err := r.adm.Scroll(ctx, r.target, query, 5000, nil, func(_ int64, hits []indexer.ScrollHit) error {
 		// A tombstone written live or by the replay has a retained event;
 		// only seeded ones can lack one.
 		ids := make([]string, 0, len(hits))

@@ -1,7 +1,6 @@
 package reindex
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,8 +9,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
@@ -31,7 +31,7 @@ type Report struct {
 	Groups   []GroupCount `json:"groups"`
 	OldTotal int64        `json:"old_total"`
 	NewTotal int64        `json:"new_total"`
-	// Compared is the number of documents whose id and version were
+	// Compared is the number of documents whose id, version and group were
 	// compared (every visible document of both indexes).
 	Compared int64 `json:"compared"`
 	// Missing are in the old index, not the new one; Extra the reverse;
@@ -65,7 +65,7 @@ func (r *Report) String() string {
 		verdict = "ok"
 	}
 	fmt.Fprintf(&b, "completeness check %s: %s (old) vs %s (new)\n", verdict, r.Source, r.Target)
-	fmt.Fprintf(&b, "  documents: old %d, new %d; ids and versions compared: %d\n", r.OldTotal, r.NewTotal, r.Compared)
+	fmt.Fprintf(&b, "  documents: old %d, new %d; ids, versions and groups compared: %d\n", r.OldTotal, r.NewTotal, r.Compared)
 	if r.Owed > 0 {
 		fmt.Fprintf(&b, "  the live consumers had not delivered %d events the replay wrote (is the relay running, a consumer paused?)\n", r.Owed)
 	}
@@ -94,11 +94,7 @@ func (r *Report) String() string {
 func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report, error) {
 	start := time.Now()
 	rep := &Report{Source: source, Target: target, GroupBy: r.cfg.GroupBy}
-	filter := r.cfg.Def.SearchFilter()
-	if err := r.verifyCounts(ctx, rep, filter); err != nil {
-		return nil, err
-	}
-	ids, err := r.verifyVersions(ctx, rep, filter)
+	ids, err := r.verifyDocuments(ctx, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -110,80 +106,43 @@ func (r *Reindexer) verify(ctx context.Context, source, target string) (*Report,
 	return rep, nil
 }
 
-// verifyCounts compares the document counts per group of both indexes
-// (read at the same moment, again while live writes make them differ) and
-// records the groups that differ.
-func (r *Reindexer) verifyCounts(ctx context.Context, rep *Report, filter json.RawMessage) error {
-	source, target := rep.Source, rep.Target
-	var oldC, newC map[string]int64
-	for attempt := 0; attempt < 15; attempt++ {
-		if attempt > 0 {
-			if err := sleep(ctx, 300*time.Millisecond); err != nil {
-				return err
-			}
-		}
-		if err := r.refresh(ctx, source, target); err != nil {
-			return err
-		}
-		// Both counts at the same moment, so that live writes in between
-		// rarely make them differ.
-		var err, err2 error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			newC, rep.NewTotal, err2 = r.adm.GroupCounts(ctx, target, filter, r.cfg.GroupBy)
-		}()
-		oldC, rep.OldTotal, err = r.adm.GroupCounts(ctx, source, filter, r.cfg.GroupBy)
-		wg.Wait()
-		if err = cmp.Or(err, err2); err != nil {
-			return err
-		}
-		if maps.Equal(oldC, newC) {
-			break
-		}
-		r.log.Debug("reindex: check: counts differ, looking again", "old", rep.OldTotal, "new", rep.NewTotal, "attempt", attempt)
-	}
-	rep.Groups = nil
-	keys := map[string]bool{}
-	for k := range oldC {
-		keys[k] = true
-	}
-	for k := range newC {
-		keys[k] = true
-	}
-	for k := range keys {
-		if oldC[k] != newC[k] {
-			rep.Groups = append(rep.Groups, GroupCount{Key: k, Old: oldC[k], New: newC[k]})
-		}
-	}
-	slices.SortFunc(rep.Groups, func(a, b GroupCount) int { return strings.Compare(a.Key, b.Key) })
-
-	return nil
+// seenDoc is what the check compares of a visible document: its version
+// and its group (the values of the GroupBy fields).
+type seenDoc struct {
+	version int64
+	group   string
 }
 
-// verifyVersions compares every id and version of both indexes, looks
-// again at those that differ (a live write in between), records what still
-// differs, and returns the ids of the old index.
-func (r *Reindexer) verifyVersions(ctx context.Context, rep *Report, filter json.RawMessage) ([]string, error) {
+// verifyDocuments compares every visible document of both indexes, its id,
+// version and group, and counts them per group. The two indexes cannot be
+// read at one moment while live writes go to both (each refreshes on its
+// own, a bulk reaches their shards one after the other), so whatever
+// differs is read again, both sides at once and in real time, until it
+// agrees or the attempts run out; the counts are those of the documents as
+// last read. It records what still differs and returns the ids of the old
+// index.
+func (r *Reindexer) verifyDocuments(ctx context.Context, rep *Report) ([]string, error) {
 	source, target := rep.Source, rep.Target
-	oldV, err := r.versions(ctx, source, filter)
+	if err := r.refresh(ctx, source, target); err != nil {
+		return nil, err
+	}
+	oldS, err := r.states(ctx, source)
 	if err != nil {
 		return nil, err
 	}
-	newV, err := r.versions(ctx, target, filter)
+	newS, err := r.states(ctx, target)
 	if err != nil {
 		return nil, err
 	}
-	rep.Compared = int64(max(len(oldV), len(newV)))
+	rep.Compared = int64(max(len(oldS), len(newS)))
 	var diff []string
-	for id, v := range oldV {
-		if nv, ok := newV[id]; !ok || nv != v {
+	for id, st := range oldS {
+		if nst, ok := newS[id]; !ok || nst != st {
 			diff = append(diff, id)
 		}
 	}
-	for id := range newV {
-		if _, ok := oldV[id]; !ok {
+	for id := range newS {
+		if _, ok := oldS[id]; !ok {
 			diff = append(diff, id)
 		}
 	}
@@ -195,44 +154,132 @@ func (r *Reindexer) verifyVersions(ctx context.Context, rep *Report, filter json
 			}
 		}
 		var still []string
-		rep.Missing, rep.Extra, rep.Versions = nil, nil, nil
 		for i := 0; i < len(diff); i += 1000 {
 			part := diff[i:min(i+1000, len(diff))]
-			o, err := r.cfg.Engine.MGet(ctx, source, part)
-			if err != nil {
-				return nil, fmt.Errorf("reindex: check: read %s: %w", source, err)
-			}
-			n, err := r.cfg.Engine.MGet(ctx, target, part)
-			if err != nil {
-				return nil, fmt.Errorf("reindex: check: read %s: %w", target, err)
+			var o, n map[string]indexer.Doc
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() (err error) {
+				if o, err = r.cfg.Engine.MGet(gctx, source, part); err != nil {
+					err = fmt.Errorf("reindex: check: read %s: %w", source, err)
+				}
+				return err
+			})
+			g.Go(func() (err error) {
+				if n, err = r.cfg.Engine.MGet(gctx, target, part); err != nil {
+					err = fmt.Errorf("reindex: check: read %s: %w", target, err)
+				}
+				return err
+			})
+			if err := g.Wait(); err != nil {
+				return nil, err
 			}
 			for _, id := range part {
-				od, oOK := o[id]
-				nd, nOK := n[id]
-				oOK = oOK && !r.tombstone(od.Source)
-				nOK = nOK && !r.tombstone(nd.Source)
-				switch {
-				case !oOK && !nOK:
-				case oOK && !nOK:
+				r.reread(oldS, id, o)
+				r.reread(newS, id, n)
+				if oldS[id] != newS[id] {
 					still = append(still, id)
-					rep.Missing = appendMax(rep.Missing, id)
-				case !oOK && nOK:
-					still = append(still, id)
-					rep.Extra = appendMax(rep.Extra, fmt.Sprintf("%s (v%d)", id, nd.Version))
-				case od.Version != nd.Version:
-					still = append(still, id)
-					rep.Versions = appendMax(rep.Versions, fmt.Sprintf("%s (old v%d, new v%d)", id, od.Version, nd.Version))
 				}
 			}
 		}
 		diff = still
 	}
 
-	ids := make([]string, 0, len(oldV))
-	for id := range oldV {
-		ids = append(ids, id)
+	rep.Missing, rep.Extra, rep.Versions = nil, nil, nil
+	for _, id := range diff {
+		ost, oOK := oldS[id]
+		nst, nOK := newS[id]
+		switch {
+		case oOK && !nOK:
+			rep.Missing = appendMax(rep.Missing, id)
+		case !oOK && nOK:
+			rep.Extra = appendMax(rep.Extra, fmt.Sprintf("%s (v%d)", id, nst.version))
+		case ost.version != nst.version:
+			rep.Versions = appendMax(rep.Versions, fmt.Sprintf("%s (old v%d, new v%d)", id, ost.version, nst.version))
+		}
 	}
-	return ids, nil
+	rep.Groups = groupCounts(oldS, newS)
+	rep.OldTotal, rep.NewTotal = int64(len(oldS)), int64(len(newS))
+	return slices.Collect(maps.Keys(oldS)), nil
+}
+
+// states reads the id, version and group of every visible document of
+// index (the alias's filter: tombstones hidden).
+func (r *Reindexer) states(ctx context.Context, index string) (map[string]seenDoc, error) {
+	out := map[string]seenDoc{}
+	var fields []string // no source without groups
+	if len(r.cfg.GroupBy) > 0 {
+		fields = r.cfg.GroupBy
+	}
+	err := r.adm.Scroll(ctx, index, r.cfg.Def.SearchFilter(), 5000, fields, func(_ int64, hits []indexer.ScrollHit) error {
+		for _, h := range hits {
+			out[h.ID] = seenDoc{version: h.Version, group: r.group(h.Source)}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reindex: check: %w", err)
+	}
+	return out, nil
+}
+
+// reread sets the state of id in states from a real-time read (got): gone
+// when the document is missing or a tombstone.
+func (r *Reindexer) reread(states map[string]seenDoc, id string, got map[string]indexer.Doc) {
+	d, ok := got[id]
+	if !ok || r.tombstone(d.Source) {
+		delete(states, id)
+		return
+	}
+	states[id] = seenDoc{version: d.Version, group: r.group(d.Source)}
+}
+
+// group is the key of a source's group: the values of the GroupBy fields
+// (dotted paths) joined with "/", a missing value "" (as GroupCounts keys
+// them).
+func (r *Reindexer) group(src json.RawMessage) string {
+	if len(r.cfg.GroupBy) == 0 {
+		return ""
+	}
+	m, _ := projections.Decode(src)
+	parts := make([]string, len(r.cfg.GroupBy))
+	for i, f := range r.cfg.GroupBy {
+		v, _ := projections.Lookup(m, f)
+		switch x := v.(type) {
+		case nil:
+		case string:
+			parts[i] = x
+		default:
+			b, _ := json.Marshal(x)
+			parts[i] = string(b)
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+// groupCounts counts the documents of both sides per group and returns the
+// groups whose counts differ, sorted by key.
+func groupCounts(oldS, newS map[string]seenDoc) []GroupCount {
+	counts := map[string]*GroupCount{}
+	count := func(states map[string]seenDoc, side func(*GroupCount) *int64) {
+		for _, st := range states {
+			g := counts[st.group]
+			if g == nil {
+				g = &GroupCount{Key: st.group}
+				counts[st.group] = g
+			}
+			*side(g)++
+		}
+	}
+	count(oldS, func(g *GroupCount) *int64 { return &g.Old })
+	count(newS, func(g *GroupCount) *int64 { return &g.New })
+	var out []GroupCount
+	for _, g := range counts {
+		if g.Old != g.New {
+			out = append(out, *g)
+		}
+	}
+	slices.SortFunc(out, func(a, b GroupCount) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 // verifySample compares the sources of a random sample of ids (the fields
@@ -285,27 +332,13 @@ func (r *Reindexer) verifySample(ctx context.Context, rep *Report, ids []string)
 	return nil
 }
 
+// refresh refreshes the indexes in one request: one after the other, live
+// writes in between would make the later one show more.
 func (r *Reindexer) refresh(ctx context.Context, indexes ...string) error {
-	for _, ix := range indexes {
-		if err := r.cfg.Engine.Refresh(ctx, ix); err != nil {
-			return fmt.Errorf("reindex: refresh %s: %w", ix, err)
-		}
+	if err := r.cfg.Engine.Refresh(ctx, indexes...); err != nil {
+		return fmt.Errorf("reindex: refresh %s: %w", strings.Join(indexes, ", "), err)
 	}
 	return nil
-}
-
-func (r *Reindexer) versions(ctx context.Context, index string, filter json.RawMessage) (map[string]int64, error) {
-	out := map[string]int64{}
-	err := r.adm.Scroll(ctx, index, filter, 5000, false, func(_ int64, hits []indexer.ScrollHit) error {
-		for _, h := range hits {
-			out[h.ID] = h.Version
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reindex: check: %w", err)
-	}
-	return out, nil
 }
 
 func (r *Reindexer) tombstone(src json.RawMessage) bool {

@@ -61,8 +61,9 @@ func (s *suite) fill(t *testing.T, eng indexer.Engine, idx string, n int) {
 }
 
 // testAdminScroll: every document once, in pages of the size asked, with
-// its version (and source only when asked); a query narrows it; an error of
-// the callback ends the walk; a missing index is a 404 engine error.
+// its version (and source only when asked, only the fields asked); a query
+// narrows it; an error of the callback ends the walk; a missing index is a
+// 404 engine error.
 func (s *suite) testAdminScroll(t *testing.T) {
 	t.Parallel()
 	eng := s.newEngine(t, s.url)
@@ -72,7 +73,7 @@ func (s *suite) testAdminScroll(t *testing.T) {
 
 	seen := map[string]int64{}
 	pages := 0
-	err := adm.Scroll(ctx(t), idx, nil, 10, true, func(total int64, hits []indexer.ScrollHit) error {
+	err := adm.Scroll(ctx(t), idx, nil, 10, indexer.WholeSource, func(total int64, hits []indexer.ScrollHit) error {
 		pages++
 		if total != 25 || len(hits) > 10 {
 			t.Errorf("page %d: total %d, %d hits; want 25, at most 10", pages, total, len(hits))
@@ -100,7 +101,7 @@ func (s *suite) testAdminScroll(t *testing.T) {
 
 	var ids []string
 	q := json.RawMessage(`{"term":{"tenant":"a"}}`)
-	err = adm.Scroll(ctx(t), idx, q, 100, false, func(_ int64, hits []indexer.ScrollHit) error {
+	err = adm.Scroll(ctx(t), idx, q, 100, nil, func(_ int64, hits []indexer.ScrollHit) error {
 		for _, h := range hits {
 			if len(h.Source) != 0 {
 				t.Errorf("document %s: source %s without asking for it", h.ID, h.Source)
@@ -113,14 +114,29 @@ func (s *suite) testAdminScroll(t *testing.T) {
 		t.Errorf("scroll of tenant a: %v, %d documents; want 13", err, len(ids))
 	}
 
+	tenants := 0
+	err = adm.Scroll(ctx(t), idx, q, 100, []string{"tenant"}, func(_ int64, hits []indexer.ScrollHit) error {
+		for _, h := range hits {
+			var d map[string]any
+			if err := json.Unmarshal(h.Source, &d); err != nil || len(d) != 1 || d["tenant"] != "a" {
+				t.Errorf("document %s: source %s; want only its tenant", h.ID, h.Source)
+			}
+			tenants++
+		}
+		return nil
+	})
+	if err != nil || tenants != 13 {
+		t.Errorf("scroll of tenant a's tenant field: %v, %d documents; want 13", err, tenants)
+	}
+
 	stop := errors.New("stop")
 	calls := 0
-	err = adm.Scroll(ctx(t), idx, nil, 5, false, func(int64, []indexer.ScrollHit) error { calls++; return stop })
+	err = adm.Scroll(ctx(t), idx, nil, 5, nil, func(int64, []indexer.ScrollHit) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Errorf("scroll ended by the callback: %v after %d calls; want its error after 1", err, calls)
 	}
 
-	err = adm.Scroll(ctx(t), testenv.Name("ct_missing"), nil, 5, false, func(int64, []indexer.ScrollHit) error { return nil })
+	err = adm.Scroll(ctx(t), testenv.Name("ct_missing"), nil, 5, nil, func(int64, []indexer.ScrollHit) error { return nil })
 	if ee, ok := indexer.AsEngineError(err); !ok || ee.Status != 404 {
 		t.Errorf("scroll of a missing index: %v; want a 404 engine error", err)
 	}
