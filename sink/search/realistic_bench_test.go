@@ -24,6 +24,7 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -157,7 +158,22 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		var rs []*relay.Relay
 		var conss []*search.Consumer
 		var stops []func()
+		ackOnly := os.Getenv("SEARCHSYNC_BENCH_CONSUMER") == "none"
+		if v := os.Getenv("SEARCHSYNC_BENCH_CONSUMER"); v != "" && !ackOnly {
+			b.Fatalf("SEARCHSYNC_BENCH_CONSUMER=%q: want none (or unset: the search consumer)", v)
+		}
 		for range relays {
+			if ackOnly {
+				// The ceiling of the relay and PostgreSQL: a consumer that
+				// answers every event at once and writes nothing.
+				cfg.Routes = []relay.Route{{Consumer: answerAtOnce{}}}
+				r, err := relay.New(bd.db.Pool, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rs, stops = append(rs, r), append(stops, runRelay(b, r))
+				continue
+			}
 			cons := bd.consumer(func(c *search.Config) {
 				if v := os.Getenv("SEARCHSYNC_BENCH_STATE_CACHE"); v != "" {
 					// search.state_cache other than the default (-1: none)
@@ -236,7 +252,7 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		for _, stop := range stops {
 			stop()
 		}
-		if got, want := bd.searchable(bd.alias, ""), int64(live); got != want {
+		if got, want := bd.searchable(bd.alias, ""), int64(live); got != want && !ackOnly {
 			b.Fatalf("%d documents searchable, want the %d live customers", got, want)
 		}
 		raw2, raw2CPU := rawRate()
@@ -263,8 +279,12 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		b.Logf("%d events in %s = %.0f/s with %d relays; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, relays, raw1, raw2, rate/rawPerSec)
 		for i, r := range rs {
 			st := r.Stats()
+			var writer any = "none"
+			if !ackOnly {
+				writer = conss[i].Writer().Stats()
+			}
 			b.Logf("end to end, relay %d: %s; %d batches; claim %s, deliver %s, ack %s; writer %+v", i+1, cpu, st.Batches,
-				st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), conss[i].Writer().Stats())
+				st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), writer)
 		}
 		b.Logf("end to end: %d batches claimed beside deliveries, %d under a quarter full; heap in use at most %.1f MiB above its start; %s",
 			pipelined.Load(), small.Load(), float64(peak)/(1<<20), bd.indexWork(bd.alias))
@@ -366,6 +386,19 @@ func rawDocs(b *testing.B, bd *bundle, evs []*outbox.Event) (ops []indexer.BulkO
 
 // relayKnobs sets the relay settings that SEARCHSYNC_BENCH_IN_FLIGHT,
 // _BATCH and _MAX_BATCH name, to compare with the defaults.
+// answerAtOnce is the consumer of SEARCHSYNC_BENCH_CONSUMER=none: every
+// event delivered at once, nothing written.
+type answerAtOnce struct{}
+
+func (answerAtOnce) Name() string { return "answer-at-once" }
+func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
+	out := make([]sink.Outcome, len(events))
+	for i := range out {
+		out[i] = sink.Ok()
+	}
+	return out
+}
+
 func relayKnobs(b *testing.B, cfg *relay.Config) {
 	for env, field := range map[string]*int{
 		"SEARCHSYNC_BENCH_IN_FLIGHT": &cfg.InFlight,
