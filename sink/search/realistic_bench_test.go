@@ -50,7 +50,9 @@ import (
 // PostgreSQL and the engine, and the machine's busy share (pinned, each
 // core's too: core0 is PostgreSQL's and searchsync's, core1 the
 // engine's). The process runs with the binary's GC percent (400) unless
-// GOGC is set.
+// GOGC is set. SEARCHSYNC_BENCH_CONSUMER=none delivers to a consumer that
+// answers every event at once instead: the relay's and PostgreSQL's
+// ceiling (pinned, what CPU 0 can deliver whatever the consumer costs).
 //
 //	go test ./sink/search -run '^$' -bench 'EndToEndRealistic' -benchtime 1x -count 3
 func BenchmarkEndToEndRealistic(b *testing.B) {
