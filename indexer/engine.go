@@ -48,7 +48,8 @@ type Engine interface {
 	// UpdateAliases applies all actions in one atomic _aliases call.
 	UpdateAliases(ctx context.Context, actions []AliasAction) error
 	// Refresh makes recent writes searchable: several indexes in one
-	// request, so that they are refreshed at (nearly) the same moment.
+	// request, so that they are refreshed at (nearly) the same moment. At
+	// least one index must be named (none is an error, not every index).
 	Refresh(ctx context.Context, indexes ...string) error
 	// Search runs a query body against an index or alias and returns the raw
 	// hits and total.

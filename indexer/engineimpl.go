@@ -215,6 +215,10 @@ func (e *engine) UpdateAliases(ctx context.Context, actions []AliasAction) error
 }
 
 func (e *engine) Refresh(ctx context.Context, indexes ...string) error {
+	if len(indexes) == 0 || slices.Contains(indexes, "") {
+		// An empty path would refresh every index of the cluster.
+		return fmt.Errorf("%s refresh: no index named (%q)", e.kind, indexes)
+	}
 	index := strings.Join(indexes, ",")
 	_, _, err := e.do(ctx, "refresh "+index, request{api: apiRefresh, index: index})
 	return err

@@ -328,6 +328,40 @@ func (s *suite) testAdminRefreshes(t *testing.T) {
 			t.Errorf("copy %s: %d refreshes before a refresh, %d after; want more", k, n, after[k])
 		}
 	}
+	// Two indexes in one request: both refreshed.
+	idx2 := s.newIndex(t, eng, "r2")
+	if err := adm.PutSettings(ctx(t), idx2, map[string]any{"refresh_interval": "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	before2, err := adm.Refreshes(ctx(t), idx2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := eng.Bulk(ctx(t), []indexer.BulkOp{index(idx, "2", 1, `{"name":"b"}`), index(idx2, "1", 1, `{"name":"a"}`)})
+	if err != nil || res[0].Status/100 != 2 || res[1].Status/100 != 2 {
+		t.Fatalf("write: %+v, %v", res, err)
+	}
+	if err := eng.Refresh(ctx(t), idx, idx2); err != nil {
+		t.Fatal(err)
+	}
+	for ix, was := range map[string]map[string]int64{idx: after, idx2: before2} {
+		now, err := adm.Refreshes(ctx(t), ix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, n := range was {
+			if now[k] <= n {
+				t.Errorf("copy %s: %d refreshes before refreshing two indexes at once, %d after; want more", k, n, now[k])
+			}
+		}
+	}
+	if err := eng.Refresh(ctx(t)); err == nil {
+		t.Error("a refresh of no index: no error; want one (not a refresh of every index)")
+	}
+	after, err = adm.Refreshes(ctx(t), idx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	alias := idx + "_alias"
 	if err := eng.UpdateAliases(ctx(t), []indexer.AliasAction{{Add: true, Index: idx, Alias: alias}}); err != nil {
 		t.Fatal(err)
