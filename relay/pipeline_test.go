@@ -207,10 +207,24 @@ func TestBatchesGrowWhileABacklogLasts(t *testing.T) {
 		sizes = append(sizes, bs.Claimed)
 		mu.Unlock()
 	}
+	// A batch is recorded after its ack commits: the outbox shows it
+	// dispatched a moment before OnBatch has run.
+	recorded := func(n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			sum := 0
+			for _, s := range sizes {
+				sum += s
+			}
+			return sum == n
+		}
+	}
 	backlog(2000)
 	r, _ := start(t, db, cfg)
 	testenv.Eventually(t, 60*time.Second, func() bool { return countStatus(t, db, "dispatched") == 2000 },
 		"the first backlog dispatched")
+	testenv.Eventually(t, 10*time.Second, recorded(2000), "every batch of the first backlog recorded")
 	mu.Lock()
 	first := slices.Clone(sizes)
 	sizes = nil
@@ -226,6 +240,7 @@ func TestBatchesGrowWhileABacklogLasts(t *testing.T) {
 	backlog(400)
 	testenv.Eventually(t, 60*time.Second, func() bool { return countStatus(t, db, "dispatched") == 2400 },
 		"the second backlog dispatched")
+	testenv.Eventually(t, 10*time.Second, recorded(400), "every batch of the second backlog recorded")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sizes) == 0 || sizes[0] != 50 {
