@@ -60,6 +60,13 @@ func (w *Writable) merge(dst, src map[string]any) map[string]any {
 	return dst
 }
 
+// SetKey sets the value of one top-level key: a key with dots in it is one
+// key, not a path (as the tombstone field is read everywhere else).
+func (w *Writable) SetKey(key string, value any) {
+	w.doc = w.own(w.doc, 1)
+	w.doc[key] = value
+}
+
 // Set sets the value at a dotted path, creating the objects on the way (as
 // SetPath does).
 func (w *Writable) Set(path string, value any) {

@@ -124,3 +124,18 @@ func TestWritableCopiesOncePerFold(t *testing.T) {
 		t.Fatalf("addr = %#v", got)
 	}
 }
+
+// SetKey writes one top-level key, dots and all, into a copy: the document
+// it started from keeps its value.
+func TestWritableSetKeyIsOneKey(t *testing.T) {
+	start := map[string]any{"meta": map[string]any{"deleted": false}, "a": "1"}
+	w := projections.NewWritable(start)
+	w.SetKey("meta.deleted", true)
+	want := map[string]any{"meta": map[string]any{"deleted": false}, "meta.deleted": true, "a": "1"}
+	if !reflect.DeepEqual(w.Doc(), want) {
+		t.Fatalf("doc = %#v, want %#v", w.Doc(), want)
+	}
+	if _, ok := start["meta.deleted"]; ok {
+		t.Fatalf("the start document was changed: %#v", start)
+	}
+}

@@ -712,7 +712,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 			}
 			deleted = false
 			if t.def.DeleteMode == mapping.DeleteSoft {
-				w.Set(t.def.TombstoneField, false)
+				w.SetKey(t.def.TombstoneField, false)
 			}
 		case projections.OpDelete:
 			if t.def.DeleteMode == mapping.DeleteSoft {
@@ -721,7 +721,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 						w.Set(t.def.Tenancy.Field, r.Tenant)
 					}
 				}
-				w.Set(t.def.TombstoneField, true)
+				w.SetKey(t.def.TombstoneField, true)
 			} else {
 				w.Replace(nil)
 				deleted = true
