@@ -301,6 +301,10 @@ func (r *Relay) step(ctx context.Context) (acked bool, err error) {
 	for _, f := range r.window {
 		if f.acked != nil && closed(f.acked) {
 			f.done = true
+			// Its events are not read again (only f.bs, f.acks and f.end
+			// are, until it is recorded): the payloads go now, not when the
+			// last batch that passed it is recorded.
+			f.evs = nil
 			if f.ackErr != nil && err == nil {
 				err = f.ackErr
 			}
@@ -357,6 +361,7 @@ func passedAcked(f *flight) (ready, clean bool) {
 // lost), and f must not record a later event of an aggregate as dispatched
 // while an earlier one stays pending.
 func (r *Relay) abandon(f *flight) {
+	f.after = nil // see startAck
 	f.acked = make(chan struct{})
 	f.ackErr = fmt.Errorf("relay: %d outcomes not recorded (they will be delivered again): an earlier batch of their aggregates was not acked", len(f.acks))
 	f.end = time.Now()
@@ -468,6 +473,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		if p.err == nil && len(p.evs) > 0 {
 			c, evs, held, after, size, pipelined = p.c, p.evs, p.held, p.after, p.size, true
+			p.evs, p.after = nil, nil
 			bs.Claim, bs.Pipelined = p.took, true
 		} else {
 			r.stats.claimNs.Add(int64(p.took))
@@ -667,7 +673,12 @@ func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion, after
 }
 
 // startAck writes the outcomes of a delivered batch in the background.
+//
+// It drops f.after: the batches f passed are not looked at again. Kept,
+// they would chain every batch of a backlog to the next (each passes the
+// one before it), and no batch could be collected before the backlog ends.
 func (r *Relay) startAck(ctx context.Context, f *flight) {
+	f.after = nil
 	f.acked = make(chan struct{})
 	go func() {
 		defer r.signal()

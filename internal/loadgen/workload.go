@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"iter"
 	"math/rand/v2"
 	"slices"
 
@@ -35,59 +36,79 @@ func Realistic() Workload {
 
 // Make returns the events of w, in the order they are to be written.
 func (w Workload) Make() []outbox.Event {
-	tenants := w.Tenants
-	if len(tenants) == 0 {
-		tenants = []string{"public"}
-	}
-	gens := make([]*Generator, len(tenants))
-	for i, t := range tenants {
-		gens[i] = New(w.Seed + uint64(i))
-		gens[i].Tenant = t
-	}
-	rng := rand.New(rand.NewPCG(w.Seed, w.Seed^0x5851f42d4c957f2d))
-	type ref struct {
-		g *Generator
-		c *Customer
-	}
-	var live []ref // creation order: the hot set is the first w.Hot
-	create := func() outbox.Event {
-		g := gens[len(live)%len(gens)]
-		e := g.create()
-		live = append(live, ref{g, g.live[len(g.live)-1]})
-		return e
-	}
 	out := make([]outbox.Event, 0, w.Events)
-	for len(out) < min(w.Customers, w.Events) {
-		out = append(out, create())
-	}
-	for len(out) < w.Events {
-		if rng.Float64() < w.Deletes && len(live) > 0 {
-			i := rng.IntN(len(live))
-			r := live[i]
-			live = slices.Delete(live, i, i+1)
-			out = append(out, r.g.deleteCustomer(r.c))
-			if len(out) < w.Events {
-				out = append(out, create())
-			}
-			continue
-		}
-		if len(live) == 0 {
-			out = append(out, create())
-			continue
-		}
-		pool := len(live)
-		if hot := min(w.Hot, len(live)); hot > 0 && rng.Float64() < w.HotShare {
-			pool = hot
-		}
-		r := live[rng.IntN(pool)]
-		for range max(w.Burst, 1) {
-			if len(out) == w.Events {
-				break
-			}
-			out = append(out, r.g.update(r.c))
-		}
+	for e := range w.All() {
+		out = append(out, e)
 	}
 	return out
+}
+
+// All yields the events of w in the order they are to be written, one at a
+// time: a stream of millions costs the memory of its live customers only.
+func (w Workload) All() iter.Seq[outbox.Event] {
+	return func(yield func(outbox.Event) bool) {
+		tenants := w.Tenants
+		if len(tenants) == 0 {
+			tenants = []string{"public"}
+		}
+		gens := make([]*Generator, len(tenants))
+		for i, t := range tenants {
+			gens[i] = New(w.Seed + uint64(i))
+			gens[i].Tenant = t
+		}
+		rng := rand.New(rand.NewPCG(w.Seed, w.Seed^0x5851f42d4c957f2d))
+		type ref struct {
+			g *Generator
+			c *Customer
+		}
+		var live []ref // creation order: the hot set is the first w.Hot
+		create := func() outbox.Event {
+			g := gens[len(live)%len(gens)]
+			e := g.create()
+			live = append(live, ref{g, g.live[len(g.live)-1]})
+			return e
+		}
+		n := 0
+		emit := func(e outbox.Event) bool { n++; return yield(e) }
+		for n < min(w.Customers, w.Events) {
+			if !emit(create()) {
+				return
+			}
+		}
+		for n < w.Events {
+			if rng.Float64() < w.Deletes && len(live) > 0 {
+				i := rng.IntN(len(live))
+				r := live[i]
+				live = slices.Delete(live, i, i+1)
+				if !emit(r.g.deleteCustomer(r.c)) {
+					return
+				}
+				if n < w.Events && !emit(create()) {
+					return
+				}
+				continue
+			}
+			if len(live) == 0 {
+				if !emit(create()) {
+					return
+				}
+				continue
+			}
+			pool := len(live)
+			if hot := min(w.Hot, len(live)); hot > 0 && rng.Float64() < w.HotShare {
+				pool = hot
+			}
+			r := live[rng.IntN(pool)]
+			for range max(w.Burst, 1) {
+				if n == w.Events {
+					break
+				}
+				if !emit(r.g.update(r.c)) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // deleteCustomer deletes c (which must be live in g).
