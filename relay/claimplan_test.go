@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,10 +42,10 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 		args   []any
 		behind bool
 	}{
-		"claim":                    {q.all, []any{[]string{}, []string{"a"}}, false},
-		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}}, false},
-		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}}, true},
-		"claim passing delivered":  {q.allBehind, []any{inFlight[:50], passed, []string{}, []string{"a"}}, true},
+		"claim":                    {q.all, []any{[]string{}, []string{"a"}, int64(40000)}, false},
+		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}, int64(40000)}, false},
+		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}, int64(40000)}, true},
+		"claim passing delivered":  {q.allBehind, []any{inFlight[:50], passed, []string{}, []string{"a"}, int64(40000)}, true},
 	} {
 		plan := genericPlan(t, db, c.sql, c.args)
 		if strings.Contains(plan, `"Node Type": "Sort"`) || !strings.Contains(plan, `"Index Name": "ix_outbox_event_claimable"`) {
@@ -83,6 +84,8 @@ func genericPlan(t *testing.T, db *testenv.DB, sql string, args []any) string {
 			lits[i] = arrayLiteral(v, "int")
 		case []int64:
 			lits[i] = arrayLiteral(v, "bigint")
+		case int64:
+			lits[i] = strconv.FormatInt(v, 10)
 		case [][16]byte:
 			ids := make([]uuid.UUID, len(v))
 			for j, b := range v {

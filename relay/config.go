@@ -55,6 +55,10 @@ type Config struct {
 	// Pause is how a paused consumer is probed (see docs/consumers.md).
 	// Defaults: first probe after 1s, doubling, at most 3s apart.
 	Pause Pause
+	// Watermark guards the id order of each aggregate against producers
+	// that insert without taking the aggregate's advisory lock (see
+	// docs/ordering.md).
+	Watermark Watermark
 	// ShutdownGrace bounds how long a stop waits for the batch in flight
 	// before it abandons it (its events are delivered again later). Default 10s.
 	ShutdownGrace time.Duration
@@ -91,6 +95,26 @@ type Backoff struct {
 	Jitter float64
 }
 
+// Watermark is the visibility watermark (watermark.go, docs/ordering.md):
+// an event with an aggregate is claimed only once no transaction can still
+// commit a lower id. Out-of-order deliveries are detected and reported
+// either way. The zero value of every field means its default.
+type Watermark struct {
+	// Mode is "on" or "off". Default "on".
+	Mode string
+	// Interval is how often the relay samples the database's snapshot
+	// while an id waits for release; it bounds the latency the watermark
+	// adds beyond the producers' own transactions. Default 10ms.
+	Interval time.Duration
+	// MaxWait bounds how long an id waits for a transaction that holds
+	// outbox rows uncommitted; then the relay stops waiting for it (a WARN
+	// names it) and reports its events if they come out of order. Default 30s.
+	MaxWait time.Duration
+}
+
+// On reports whether the watermark is on (after WithDefaults).
+func (w Watermark) On() bool { return w.Mode == "on" }
+
 // Pause is the probing of a paused consumer: the first probe after
 // ProbeInitial, each next one twice as late, never later than ProbeMax. The
 // zero value of every field means its default.
@@ -122,6 +146,9 @@ func (c Config) WithDefaults() Config {
 	c.Pause.ProbeInitial = cmp.Or(c.Pause.ProbeInitial, time.Second)
 	c.Pause.ProbeMax = cmp.Or(c.Pause.ProbeMax, 3*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
+	c.Watermark.Mode = cmp.Or(c.Watermark.Mode, "on")
+	c.Watermark.Interval = cmp.Or(c.Watermark.Interval, 10*time.Millisecond)
+	c.Watermark.MaxWait = cmp.Or(c.Watermark.MaxWait, 30*time.Second)
 	return c
 }
 
@@ -190,6 +217,13 @@ func (c Config) Validate() error {
 		bad("pause.probe_max", "must not be smaller than relay.pause.probe_initial")
 	}
 	positiveDur("shutdown_grace", c.ShutdownGrace)
+	if c.Watermark.Mode != "on" && c.Watermark.Mode != "off" {
+		bad("watermark.mode", fmt.Sprintf("%q is not one of on, off", c.Watermark.Mode))
+	}
+	positiveDur("watermark.interval", c.Watermark.Interval)
+	if c.Watermark.MaxWait < time.Second {
+		bad("watermark.max_wait", "must be at least 1s")
+	}
 	for i, r := range c.Routes {
 		if r.Consumer == nil {
 			bad(fmt.Sprintf("routes[%d]", i), "no consumer")

@@ -28,6 +28,7 @@ type Relay struct {
 	q      queries
 	leases *leases
 	cons   *consumers
+	wm     *watermark // nil: Config.Watermark is off
 	stats  counters
 
 	wake    chan struct{}
@@ -78,6 +79,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r := &Relay{cfg: cfg, pool: pool, q: newQueries(cfg.Schema, cfg.Partitions, cfg.BatchSize, cfg.MaxBatchSize), wake: make(chan struct{}, 1), moved: make(chan struct{}, 1)}
 	r.leases = newLeases(pool, &r.q, &r.cfg)
 	r.cons = newConsumers(r)
+	if cfg.Watermark.On() {
+		r.wm = newWatermark(r)
+	}
 	return r, nil
 }
 
@@ -118,6 +122,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.leases.run(leaseCtx) })
 	wg.Go(func() { r.listen(ctx) })
+	if r.wm != nil {
+		wg.Go(func() { r.wm.run(ctx) })
+	}
 	consCtx, stopCons := context.WithCancel(ctx)
 	wg.Go(func() { r.cons.run(consCtx) })
 	r.work(ctx)
@@ -140,6 +147,24 @@ func (r *Relay) Wake() {
 	case r.wake <- struct{}{}:
 	default:
 	}
+}
+
+// notified wakes the worker, and the watermark's sampling, for events
+// that were committed.
+func (r *Relay) notified() {
+	if r.wm != nil {
+		r.wm.poke()
+	}
+	r.Wake()
+}
+
+// horizon is the highest id a claim may take of an event with an
+// aggregate (see watermark.go).
+func (r *Relay) horizon() int64 {
+	if r.wm == nil {
+		return noHorizon
+	}
+	return r.wm.released()
 }
 
 // listen LISTENs on the outbox channel and wakes the worker on every
@@ -177,12 +202,12 @@ func (r *Relay) listenOnce(ctx context.Context, channel string, bo backoff.BackO
 		return err
 	}
 	bo.Reset()
-	r.Wake() // anything notified while we were not listening
+	r.notified() // anything notified while we were not listening
 	for {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
 			return err
 		}
-		r.Wake()
+		r.notified()
 	}
 }
 
@@ -395,6 +420,9 @@ type claimed struct {
 	part    int32
 	rows    map[string]prior
 	blocked []string
+	// overtaken is the id of the next event of its aggregate when that
+	// one was delivered already (0: it was not, or there is none).
+	overtaken int64
 }
 
 // prefetch is the next batch, claimed in the background while batches are
@@ -407,6 +435,7 @@ type prefetch struct {
 	evs   []claimed
 	held  []bool
 	after []*flight // the batches the claim passed
+	x     *exclusion
 	err   error
 	took  time.Duration
 }
@@ -472,8 +501,8 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			r.skipBehind = 8
 		}
 		if p.err == nil && len(p.evs) > 0 {
-			c, evs, held, after, size, pipelined = p.c, p.evs, p.held, p.after, p.size, true
-			p.evs, p.after = nil, nil
+			c, evs, held, after, size, pipelined, x = p.c, p.evs, p.held, p.after, p.size, true, p.x
+			p.evs, p.after, p.x = nil, nil, nil
 			bs.Claim, bs.Pipelined = p.took, true
 		} else {
 			r.stats.claimNs.Add(int64(p.took))
@@ -528,6 +557,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	}
 	bs.Partitions = len(c.parts)
 	bs.Claimed = len(evs)
+	bs.Overtaken = r.overtaken(evs, x)
 	// A claim that left batches out may come back short because of them;
 	// only a full claim can tell that the outbox is drained. A short claim
 	// beside batches in flight, without a backlog, waits for the next
@@ -662,7 +692,7 @@ func (r *Relay) settleUntil(ctx context.Context, done func() bool) error {
 // is the batches it passes.
 func (r *Relay) startClaim(ctx context.Context, c claimable, x *exclusion, after []*flight) *prefetch {
 	level := r.level
-	p := &prefetch{c: c, size: r.q.claims[level].size, after: after, start: time.Now(), done: make(chan struct{})}
+	p := &prefetch{c: c, size: r.q.claims[level].size, after: after, x: x, start: time.Now(), done: make(chan struct{})}
 	r.reclaim = false
 	go func() {
 		defer close(p.done)
@@ -791,11 +821,12 @@ func scanEvents(rows pgx.Rows, size, hint int) ([]claimed, error) {
 		// sql.Scanner, from the value formatted as text and parsed back.
 		tenant, agg, corr pgtype.UUID
 		blocked           []string
+		overtaken         *int64
 	)
 	// Text columns read from RawValues are left out of Scan (nil).
 	const eventType, aggregateType, createdBy = 3, 5, 14
 	dest := []any{&part, &id, &tenant, nil, &schemaVersion, nil, &agg, &auditLogID, &corr, &payload,
-		&attempts, &lastError, &availableAt, &createdAt, nil, &deliveries, &blocked}
+		&attempts, &lastError, &availableAt, &createdAt, nil, &deliveries, &blocked, &overtaken}
 	var in interner
 	var slab []uuid.UUID
 	uuidOf := func(v pgtype.UUID) *uuid.UUID {
@@ -811,12 +842,15 @@ func scanEvents(rows pgx.Rows, size, hint int) ([]claimed, error) {
 	for rows.Next() {
 		// Scan sets every target it is given; these are reset so that a
 		// NULL or a fresh slice never shares the previous row's.
-		auditLogID, lastError, payload, deliveries, blocked = nil, nil, nil, nil, nil
+		auditLogID, lastError, payload, deliveries, blocked, overtaken = nil, nil, nil, nil, nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		raw := rows.RawValues()
 		out = append(out, claimed{part: part, blocked: blocked})
+		if overtaken != nil {
+			out[len(out)-1].overtaken = *overtaken
+		}
 		ce := &out[len(out)-1]
 		e := &ce.ev
 		e.ID, e.SchemaVersion, e.AuditLogID, e.Payload = id, schemaVersion, auditLogID, payload
@@ -881,6 +915,9 @@ func parseDeliveries(b []byte) (map[string]prior, error) {
 type exclusion struct {
 	aggs [][16]byte // not uuid.UUID: pgx encodes that through its driver.Valuer, as text
 	ids  []int64
+	// later is the highest id of each aggregate passed (left out by id):
+	// an event of it claimed now with a lower id came out of order.
+	later map[[16]byte]int64
 }
 
 // add leaves out the events of a batch: its aggregate-less events by id;
@@ -914,6 +951,10 @@ func (x *exclusion) add(evs []claimed, acks []ackRow) (passed bool) {
 			continue
 		}
 		x.ids = append(x.ids, e.ID)
+		if x.later == nil {
+			x.later = map[[16]byte]int64{}
+		}
+		x.later[*e.AggregateID] = max(x.later[*e.AggregateID], e.ID)
 		passed = true
 	}
 	return passed
@@ -943,7 +984,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 		args = append(args, x.aggs, x.ids)
 	}
 	held, names := r.cons.heldNow()
-	args = append(args, names, r.cons.names)
+	args = append(args, names, r.cons.names, r.horizon())
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
 	br, release, err := r.sendBatch(cctx, claimBatch(q, args))

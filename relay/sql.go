@@ -51,9 +51,16 @@ const claimSQL = blockerCTE + `
 SELECT ` + eventColumns + `
 FROM {s}.aa_outbox_event e
 WHERE e.status = 'pending' AND e.available_at <= now() AND e.available_at < ` + outbox.HeldSQL + `
-  {partition_filter}` + notBlocked + `
+  {partition_filter}` + belowHorizon + notBlocked + `
 ORDER BY e.id
 LIMIT {batch}`
+
+// belowHorizon leaves out the events of an aggregate above the visibility
+// watermark ({horizon}: the highest id no transaction can still commit
+// below; the largest bigint when the watermark is off). Events without an
+// aggregate have no order to keep.
+const belowHorizon = `
+  AND (e.aggregate_id IS NULL OR e.id <= {horizon}::bigint)`
 
 const blockerCTE = `
 WITH blocker AS (
@@ -134,7 +141,7 @@ const claimBehindSQL = blockerCTE + `
 SELECT ` + eventColumns + `
 FROM (SELECT * FROM {s}.aa_outbox_event e
       WHERE e.status = 'pending' AND e.available_at <= now() AND e.available_at < ` + outbox.HeldSQL + `
-        {partition_filter}
+        {partition_filter}` + belowHorizon + `
       ORDER BY e.id
       LIMIT {window}) e
 WHERE (e.aggregate_id IS NULL OR e.aggregate_id NOT IN (SELECT unnest({p1}::uuid[])))
@@ -144,7 +151,17 @@ LIMIT {batch}`
 
 // eventColumns is what a claim reads of an event, its partition first, its
 // delivery rows (a JSON array of [consumer, state, attempts, ms until
-// available], NULL when it has none) and blocked consumers last.
+// available], NULL when it has none), blocked consumers and the event that
+// overtook it last.
+//
+// overtaken is the id of the aggregate's next event when that one was
+// already delivered (dispatched, or failed after its attempts), 0 when it is
+// pending, NULL when there is none: an event committed after a later event
+// of its aggregate was delivered (a producer that skipped the aggregate
+// lock). One probe of ix_outbox_event_aggregate per event. A claim holds an
+// unbroken run of each aggregate from its head, so the last event of a run
+// that came late finds the delivered one; the relay counts the whole run
+// (Relay.overtaken).
 const eventColumns = partitionExpr + ` AS part,
        e.id, e.tenant_id, e.event_type, e.schema_version, e.aggregate_type, e.aggregate_id,
        e.audit_log_id, e.correlation_id, e.payload, e.attempts, e.last_error,
@@ -158,7 +175,12 @@ const eventColumns = partitionExpr + ` AS part,
            SELECT c FROM unnest({consumers}::text[]) c
            WHERE EXISTS (SELECT 1 FROM {s}.aa_outbox_delivery cb
                WHERE cb.aggregate_type = e.aggregate_type AND cb.aggregate_id = e.aggregate_id AND cb.consumer = c
-                 AND cb.event_id < e.id AND cb.state <> 'done' AND (cb.state = 'failed' OR cb.available_at > now()` + heldBack + `))) END AS blocked`
+                 AND cb.event_id < e.id AND cb.state <> 'done' AND (cb.state = 'failed' OR cb.available_at > now()` + heldBack + `))) END AS blocked,
+       CASE WHEN e.aggregate_id IS NOT NULL THEN (
+           SELECT CASE WHEN n.status IN ('dispatched', 'failed') THEN n.id ELSE 0 END
+           FROM {s}.aa_outbox_event n
+           WHERE n.aggregate_type = e.aggregate_type AND n.aggregate_id = e.aggregate_id AND n.id > e.id
+           ORDER BY n.aggregate_type, n.aggregate_id, n.id LIMIT 1) END AS overtaken`
 
 // ackSQL writes every outcome of a batch. It locks the acker's lease rows
 // FOR SHARE (a takeover waits until the ack is committed) and touches only
@@ -387,6 +409,7 @@ type queries struct {
 	releaseAll                                            string
 	pause, resume, consumerStates, releaseHeld            string
 	unholdOrphans                                         string
+	sampleSnapshot, outboxWriters, recordOvertaken        string
 }
 
 // claimSet is the claim statements of one batch size.
@@ -431,6 +454,9 @@ func newQueries(schema string, partitions, batch, maxBatch int) queries {
 		consumerStates:      r.Replace(consumerStatesSQL),
 		releaseHeld:         r.Replace(releaseHeldSQL),
 		unholdOrphans:       r.Replace(unholdOrphansSQL),
+		sampleSnapshot:      r.Replace(sampleSnapshotSQL),
+		outboxWriters:       r.Replace(outboxWritersSQL),
+		recordOvertaken:     r.Replace(recordOvertakenSQL),
 	}
 	for _, n := range batchSizes(batch, maxBatch) {
 		q.claims = append(q.claims, newClaimSet(r, n))
@@ -457,9 +483,41 @@ func newClaimSet(r *strings.Replacer, n int) claimSet {
 		}
 		q = strings.NewReplacer("{partition_filter}", filter,
 			"{p1}", "$"+strconv.Itoa(first), "{p2}", "$"+strconv.Itoa(first+1),
-			"{paused}", "$"+strconv.Itoa(paused), "{consumers}", "$"+strconv.Itoa(paused+1)).Replace(q)
+			"{paused}", "$"+strconv.Itoa(paused), "{consumers}", "$"+strconv.Itoa(paused+1),
+			"{horizon}", "$"+strconv.Itoa(paused+2)).Replace(q)
 		return r.Replace(size.Replace(q))
 	}
 	return claimSet{size: n, all: claim(false, false), owned: claim(true, false),
 		allBehind: claim(false, true), ownedBehind: claim(true, true)}
 }
+
+// The visibility watermark's statements (watermark.go).
+const (
+	// sampleSnapshotSQL reads the snapshot (xmin, xmax, in-progress xids)
+	// and the highest id visible in it: pg_current_snapshot() is the
+	// statement's own snapshot. max(id) reads the end of the primary key.
+	sampleSnapshotSQL = `SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,
+       ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) x),
+       (SELECT coalesce(max(id), 0) FROM {s}.aa_outbox_event)
+FROM pg_current_snapshot() s`
+
+	// outboxWritersSQL lists the transactions (xid, pid; no pid for a
+	// prepared one) that took an id from the outbox's sequence: nextval()
+	// locks the sequence (RowExclusiveLock) for the rest of the
+	// transaction, before it returns the id. Those that only update
+	// outbox rows (the relays' acks, an operator's FOR UPDATE) or read them
+	// do not count. Each transaction also holds the lock on its own xid,
+	// which names it.
+	outboxWritersSQL = `SELECT DISTINCT x.transactionid::text::bigint, x.pid::bigint
+FROM pg_locks r JOIN pg_locks x ON x.virtualtransaction = r.virtualtransaction
+WHERE r.locktype = 'relation'
+  AND r.relation = pg_get_serial_sequence('{s}.aa_outbox_event', 'id')::regclass
+  AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'`
+)
+
+// recordOvertakenSQL records events found out of id order (order.go); an
+// event delivered again keeps its first record.
+const recordOvertakenSQL = `INSERT INTO {s}.aa_outbox_overtaken (event_id, aggregate_type, aggregate_id, after_event_id, instance)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::bigint[]), LATERAL (SELECT $5::text) i
+ON CONFLICT (event_id) DO NOTHING`

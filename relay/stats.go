@@ -19,6 +19,11 @@ type BatchStats struct {
 	// it, some not yet): they got delivery rows.
 	Split  int
 	Fenced int // outcomes not written because the partition lease was lost
+	// Overtaken counts events claimed after a later event of their
+	// aggregate was delivered: committed out of id order by a producer
+	// that skipped the aggregate lock (docs/ordering.md). They are
+	// delivered all the same.
+	Overtaken int
 
 	// Pipelined says the batch was claimed while the previous one was
 	// delivered (see the package doc).
@@ -38,6 +43,15 @@ type Stats struct {
 	Batches, Claimed, Dispatched, Stale, Retried, Failed, Skipped, Untouched, Fenced uint64
 	// Split counts events whose consumers went different ways.
 	Split uint64
+	// Overtaken counts events delivered after a later event of their
+	// aggregate (BatchStats.Overtaken).
+	Overtaken uint64
+	// WatermarkWait is how long the oldest id waiting for the visibility
+	// watermark has waited (0: none waits, or the watermark is off), and
+	// WatermarkGiveUps how often the relay stopped waiting for a
+	// transaction after Watermark.MaxWait.
+	WatermarkWait    time.Duration
+	WatermarkGiveUps uint64
 	// Partitions is the number of partitions owned now.
 	Partitions int
 	// ClaimTime, DeliverTime, AckTime add up the time spent in each step.
@@ -45,7 +59,7 @@ type Stats struct {
 }
 
 type counters struct {
-	claims, split                                                                    atomic.Uint64
+	claims, split, overtaken                                                         atomic.Uint64
 	batches, claimed, dispatched, stale, retried, failed, skipped, untouched, fenced atomic.Uint64
 	claimNs, deliverNs, ackNs                                                        atomic.Int64
 }
@@ -61,6 +75,7 @@ func (c *counters) add(b BatchStats) {
 	c.untouched.Add(uint64(b.Untouched))
 	c.fenced.Add(uint64(b.Fenced))
 	c.split.Add(uint64(b.Split))
+	c.overtaken.Add(uint64(b.Overtaken))
 	c.claimNs.Add(int64(b.Claim))
 	c.deliverNs.Add(int64(b.Deliver))
 	c.ackNs.Add(int64(b.Ack))
@@ -69,7 +84,13 @@ func (c *counters) add(b BatchStats) {
 // Stats returns the relay's totals.
 func (r *Relay) Stats() Stats {
 	c := &r.stats
+	var wait time.Duration
+	var giveUps uint64
+	if r.wm != nil {
+		wait, giveUps = r.wm.wait(), uint64(r.wm.forced.Load())
+	}
 	return Stats{
+		Overtaken: c.overtaken.Load(), WatermarkWait: wait, WatermarkGiveUps: giveUps,
 		Claims: c.claims.Load(), Batches: c.batches.Load(), Claimed: c.claimed.Load(), Dispatched: c.dispatched.Load(),
 		Stale: c.stale.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Skipped: c.skipped.Load(), Untouched: c.untouched.Load(), Fenced: c.fenced.Load(),

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 // defaultGCPercent is the garbage collector's target of searchsync unless
@@ -12,8 +16,9 @@ import (
 // live heap, so with 100 the collector ran often: 7-14 µs of CPU per event
 // of the 20-30 the realistic benchmark measured, 1.3-1.6 µs with 400, for a
 // peak heap of about 165 MiB instead of 30-50 (docs/benchmarks.md). GOGC
-// set in the environment wins, GOMEMLIMIT caps the heap as in any Go
-// program.
+// set in the environment wins. A memory limit (GOMEMLIMIT, or the one
+// setMemoryLimit takes from the container) makes the collector run as
+// often as it must to stay under it, whatever GOGC says: docs/memory.md.
 //
 // BenchmarkEndToEndRealistic applies the same default.
 const defaultGCPercent = 400
@@ -22,5 +27,25 @@ const defaultGCPercent = 400
 func setGCPercent() {
 	if _, ok := os.LookupEnv("GOGC"); !ok {
 		debug.SetGCPercent(defaultGCPercent)
+	}
+}
+
+// setMemoryLimit gives the runtime a soft memory limit of 90 % of the
+// container's (cgroup memory.max), so that a relay in a container collects
+// harder near its limit instead of being killed: unless GOMEMLIMIT is set
+// (it wins) or AUTOMEMLIMIT=off. AUTOMEMLIMIT=0.8 takes another share
+// (github.com/KimMachineGun/automemlimit, which reads the cgroup). It logs
+// the limit in force, if any.
+func setMemoryLimit(logger *slog.Logger) {
+	limit, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup), memlimit.WithLogger(slog.New(slog.DiscardHandler)))
+	switch {
+	case err != nil:
+		logger.Warn("memory limit: could not read the container's; none set", "error", err)
+	case limit > 0 && limit < math.MaxInt64:
+		source := "90 % of the container's memory limit"
+		if os.Getenv("GOMEMLIMIT") != "" {
+			source = "GOMEMLIMIT"
+		}
+		logger.Info("memory limit", "mib", limit>>20, "from", source)
 	}
 }

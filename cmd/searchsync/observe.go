@@ -35,6 +35,8 @@ type observer struct {
 	history *dashboard.History
 	events  *dashboard.Events
 	reindex *dashboard.Reindex
+	// pprof serves /debug/pprof/ (http.pprof); nil when off.
+	pprof http.Handler
 	// searchables measure commit → searchable, one per search consumer.
 	searchables []*search.Searchable
 }
@@ -72,7 +74,7 @@ func (o *observer) newHistory(cfg *config.Config, pool *pgxpool.Pool, instance s
 // newEvents sets up the console's event pages and actions: the CLI's
 // operator code (outbox.Admin with the configured routing), enabled for
 // actions when http.operator_token is set.
-func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool) error {
+func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
 	tok, err := cfg.HTTP.OperatorToken.Resolve("http.operator_token")
 	if err != nil {
 		return err
@@ -82,6 +84,9 @@ func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool) error {
 		return err
 	}
 	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(routing(cfg)).WithIndexes(ix), DB: pool, Token: tok}
+	if cfg.HTTP.Pprof {
+		o.pprof = profiling(tok, logger)
+	}
 	return nil
 }
 
@@ -114,6 +119,9 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 	mux.Handle("/healthz", health)
 	mux.Handle("/readyz", health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{}))
+	if o.pprof != nil {
+		mux.Handle("/debug/pprof/", o.pprof)
+	}
 	mux.Handle("/", dashboard.Handler(dashboard.Source{
 		Sampler:    o.sampler,
 		Instance:   r.InstanceID(),

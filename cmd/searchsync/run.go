@@ -62,6 +62,7 @@ type runHooks struct {
 // cancellation caused is logged, not returned.
 func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks runHooks) (err error) {
 	cfg, logger := e.cfg, e.logger
+	setMemoryLimit(logger)
 	running := false
 	defer func() {
 		if err != nil && !running && ctx.Err() != nil {
@@ -80,7 +81,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	}
 
 	obs := newObserver(cfg, pool, logger)
-	if err := obs.newEvents(cfg, pool); err != nil {
+	if err := obs.newEvents(cfg, pool, logger); err != nil {
 		return err
 	}
 	consumers, err := buildConsumers(ctx, cfg, pool, obs, logger)

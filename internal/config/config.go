@@ -98,6 +98,23 @@ type Relay struct {
 	// Pause says how a paused consumer (one that cannot deliver at all: its
 	// engine, endpoint or server is down) is probed.
 	Pause Pause `yaml:"pause"`
+	// Watermark guards the id order of each aggregate against producers
+	// that insert without the aggregate's advisory lock (docs/ordering.md).
+	Watermark Watermark `yaml:"watermark"`
+}
+
+// Watermark is the visibility watermark: an event with an aggregate is
+// claimed only once no transaction can still commit a lower id.
+type Watermark struct {
+	// Mode is on or off (detect and report out-of-order deliveries only).
+	// Default on.
+	Mode string `yaml:"mode"`
+	// Interval is how often the snapshot is sampled while an id waits.
+	// Default 10ms.
+	Interval time.Duration `yaml:"interval"`
+	// MaxWait bounds the wait for a transaction that holds outbox rows
+	// uncommitted. Default 30s.
+	MaxWait time.Duration `yaml:"max_wait"`
 }
 
 // Pause is the probing of a paused consumer: the first probe after
@@ -145,6 +162,11 @@ type HTTP struct {
 	// a request must carry it in the X-Searchsync-Token header. A secret
 	// (env:NAME, file:PATH). Default none: the console is read-only.
 	OperatorToken secret.Ref `yaml:"operator_token"`
+	// Pprof serves Go's profiles (heap, goroutines, CPU) under
+	// /debug/pprof/ to requests that carry the operator token in the
+	// X-Searchsync-Token header, to see where a live relay's memory and CPU
+	// go (docs/memory.md). Needs http.operator_token. Default false.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures log/slog output.
@@ -488,6 +510,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.HTTP.OperatorToken.Check("http.operator_token"); err != nil {
 		v.add("http.operator_token", reasonOf(err))
+	}
+	if c.HTTP.Pprof && c.HTTP.OperatorToken == "" {
+		v.add("http.pprof", "needs http.operator_token: the profiles are served only to requests that carry it")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

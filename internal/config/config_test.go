@@ -67,6 +67,7 @@ func TestBadConfigurationNamesFileKeyLineAndReason(t *testing.T) {
 		{"duplicate key", good + "relay: {}\n", `bad.yaml:17: relay: mapping key "relay" already defined at line 4`},
 		{"bad schema", good + "  \n", ""},
 		{"missing type", strings.Replace(good, "type: webhook", "type: carrier-pigeon", 1), `consumers[0].type: "carrier-pigeon" is not one of webhook, nats, search`},
+		{"pprof without a token", good + "http: {pprof: true}\n", `bad.yaml:17: http.pprof: needs http.operator_token`},
 		{"no database", strings.Replace(good, "url: postgres://u:p@127.0.0.1:5432/db", "schema: mdm", 1), `database.url: is required`},
 	}
 	for _, tc := range cases {

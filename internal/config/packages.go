@@ -30,6 +30,7 @@ func (c *Config) RelayConfig() relay.Config {
 		MaxAttempts:  r.MaxAttempts,
 		Backoff:      relay.Backoff(r.Backoff),
 		Pause:        relay.Pause(r.Pause),
+		Watermark:    relay.Watermark(r.Watermark),
 	}
 }
 
@@ -59,6 +60,7 @@ func (c *Config) setPackageDefaults() {
 		MaxAttempts:  rc.MaxAttempts,
 		Backoff:      Backoff(rc.Backoff),
 		Pause:        Pause(rc.Pause),
+		Watermark:    Watermark(rc.Watermark),
 	}
 	cc := c.CompactionConfig().WithDefaults()
 	c.Compaction = Compaction{Retention: cc.Retention, Interval: cc.Interval, BatchSize: cc.BatchSize}

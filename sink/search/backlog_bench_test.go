@@ -18,6 +18,7 @@ import (
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // BenchmarkBacklogMemory drains a backlog that is all pending when the
@@ -29,6 +30,11 @@ import (
 // versions each), mostly partial updates, 80 % of them on 2,000 hot
 // customers, 3 % deletes. Events are generated and written as a stream, so
 // the benchmark process holds none of them when the relay starts.
+//
+// SEARCHSYNC_BENCH_STATE_CACHE, _BATCH, _MAX_BATCH and _IN_FLIGHT set
+// search.state_cache, relay.batch_size, max_batch_size and in_flight, to
+// measure what each costs (docs/memory.md); GOGC and GOMEMLIMIT work as for
+// the binary.
 //
 // Every SEARCHSYNC_BENCH_SAMPLE (default 5s) it forces a collection and
 // prints the live heap after it (runtime.MemStats.HeapAlloc), the heap the
@@ -66,8 +72,17 @@ func BenchmarkBacklogMemory(b *testing.B) {
 		writeStream(b, bd, w, 5_000)
 		b.Logf("backlog: %d pending events written in %s", total, time.Since(t0).Round(time.Second))
 
-		cons := bd.consumer(nil) // the default state cache
+		cons := bd.consumer(func(c *search.Config) {
+			if v := os.Getenv("SEARCHSYNC_BENCH_STATE_CACHE"); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					b.Fatalf("SEARCHSYNC_BENCH_STATE_CACHE=%q: %v", v, err)
+				}
+				c.StateCache = n
+			}
+		})
 		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler)}
+		relayKnobs(b, &cfg)
 		cfg.Routes = []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
 			return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
 		}}}
