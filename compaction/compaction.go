@@ -2,7 +2,9 @@
 // outbox events whose dispatched_at is older than the retention (10 days by
 // default), in bounded batches, one instance at a time, and records every run
 // as one aa_job row. failed and skipped events are never touched; they stay
-// until an operator retries or acknowledges them (`searchsync outbox`).
+// until an operator retries or acknowledges them (`searchsync outbox`). A
+// run also deletes the records of events delivered out of id order
+// (aa_outbox_overtaken) older than the retention.
 //
 // # Batches
 //
@@ -322,6 +324,9 @@ func (c *Compactor) startJob(ctx context.Context) (int64, []int64, error) {
 func (c *Compactor) deleteAll(ctx context.Context, jobID int64, res *Result) error {
 	if err := c.db.QueryRow(ctx, c.q.cutoff, c.cfg.Retention.Seconds()).Scan(&res.Cutoff); err != nil {
 		return fmt.Errorf("compaction: cutoff: %w", err)
+	}
+	if _, err := c.db.Exec(ctx, c.q.deleteOvertaken, res.Cutoff); err != nil {
+		return fmt.Errorf("compaction: delete old records of %s.aa_outbox_overtaken: %w", c.cfg.Schema, err)
 	}
 	var last int64
 	for batch := 1; ; batch++ {

@@ -112,6 +112,12 @@ func TestRunDeletesExactlyOldDispatchedInBatches(t *testing.T) {
 	f := newFixture(t)
 	before := f.ids(t)
 	c := newCompactor(t, f.db, Config{BatchSize: 7})
+	// Records of events delivered out of order: one older than the
+	// retention, one recent.
+	if _, err := f.db.Pool.Exec(t.Context(), `INSERT INTO aa_outbox_overtaken (event_id, aggregate_type, aggregate_id, after_event_id, instance, detected_at)
+		VALUES (1, 'DDM_ENTITY', gen_random_uuid(), 2, 'r', now() - interval '11 days'), (3, 'DDM_ENTITY', gen_random_uuid(), 4, 'r', now())`); err != nil {
+		t.Fatal(err)
+	}
 
 	dry, err := c.DryRun(t.Context())
 	if err != nil {
@@ -145,6 +151,12 @@ func TestRunDeletesExactlyOldDispatchedInBatches(t *testing.T) {
 	}
 	if counts != [4]int{5, 5, 3, 4} {
 		t.Fatalf("left dispatched/failed/skipped/pending = %v, want [5 5 3 4]", counts)
+	}
+
+	var overtaken []int64
+	rows, _ := f.db.Pool.Query(t.Context(), `SELECT event_id FROM aa_outbox_overtaken ORDER BY event_id`)
+	if overtaken, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil || !slices.Equal(overtaken, []int64{3}) {
+		t.Fatalf("out-of-order records left %v (%v), want the recent one only", overtaken, err)
 	}
 
 	js := jobs(t, f.db)

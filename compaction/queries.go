@@ -55,6 +55,10 @@ WITH deleted AS (
 )
 SELECT count(*), coalesce(max(id), 0) FROM deleted`
 
+// deleteOvertakenSQL deletes the records of events delivered out of order
+// (aa_outbox_overtaken) older than the cutoff $1: few rows, one statement.
+const deleteOvertakenSQL = `DELETE FROM {schema}.aa_outbox_overtaken WHERE detected_at < $1`
+
 // heartbeatSQL records progress inside the batch's transaction; no row means
 // the job is no longer ours (it was declared stale and taken over), and the
 // batch is rolled back. $1 job id, $2 progress.
@@ -87,20 +91,22 @@ SELECT EXISTS (
 
 type queries struct {
 	abandonStale, startJob, runningJob, cutoff, deleteBatch, heartbeat, touch, finishJob, count, recentRun string
+	deleteOvertaken                                                                                        string
 }
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("{schema}", pgx.Identifier{schema}.Sanitize())
 	return queries{
-		abandonStale: r.Replace(abandonStaleSQL),
-		startJob:     r.Replace(startJobSQL),
-		runningJob:   r.Replace(runningJobSQL),
-		cutoff:       cutoffSQL,
-		deleteBatch:  r.Replace(deleteBatchSQL),
-		heartbeat:    r.Replace(heartbeatSQL),
-		touch:        r.Replace(touchSQL),
-		finishJob:    r.Replace(finishJobSQL),
-		count:        r.Replace(countSQL),
-		recentRun:    r.Replace(recentRunSQL),
+		abandonStale:    r.Replace(abandonStaleSQL),
+		startJob:        r.Replace(startJobSQL),
+		runningJob:      r.Replace(runningJobSQL),
+		cutoff:          cutoffSQL,
+		deleteBatch:     r.Replace(deleteBatchSQL),
+		deleteOvertaken: r.Replace(deleteOvertakenSQL),
+		heartbeat:       r.Replace(heartbeatSQL),
+		touch:           r.Replace(touchSQL),
+		finishJob:       r.Replace(finishJobSQL),
+		count:           r.Replace(countSQL),
+		recentRun:       r.Replace(recentRunSQL),
 	}
 }

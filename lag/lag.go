@@ -94,6 +94,27 @@ type Snapshot struct {
 	Blocked      []Blocked `json:"blocked"`
 	BlockedCount int64     `json:"blocked_count"`
 	Failures     []Failure `json:"failures"`
+	// OutOfOrder is the events the relays delivered after a later event
+	// of their aggregate (aa_outbox_overtaken).
+	OutOfOrder OutOfOrder `json:"out_of_order"`
+}
+
+// OutOfOrder counts the events delivered out of id order in the last 24
+// hours, with the newest one ever recorded (nil when none is): a producer
+// commits events without the aggregate's advisory lock (docs/ordering.md).
+type OutOfOrder struct {
+	Last24h int64            `json:"last_24h"`
+	Latest  *OutOfOrderEvent `json:"latest,omitempty"`
+}
+
+// OutOfOrderEvent is one event delivered after AfterEventID, a later event
+// of its aggregate.
+type OutOfOrderEvent struct {
+	EventID       int64     `json:"event_id"`
+	AfterEventID  int64     `json:"after_event_id"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   uuid.UUID `json:"aggregate_id"`
+	DetectedAt    time.Time `json:"detected_at"`
 }
 
 // AggregateTypeLag is the backlog of one aggregate_type.
@@ -326,6 +347,9 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		if err != nil {
 			return fmt.Errorf("failures: %w", err)
 		}
+		if err := r.outOfOrder(ctx, tx, s); err != nil {
+			return err
+		}
 		r.summarize(s, &rw)
 		return r.pausedAggregates(ctx, tx, s, &rw)
 	})
@@ -333,6 +357,21 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		return nil, fmt.Errorf("lag: %w", err)
 	}
 	return s, nil
+}
+
+// outOfOrder reads the out-of-order deliveries the relays recorded.
+func (r *Reader) outOfOrder(ctx context.Context, tx pgx.Tx, s *Snapshot) error {
+	var e OutOfOrderEvent
+	var id *int64
+	err := tx.QueryRow(ctx, r.q.outOfOrder).Scan(&s.OutOfOrder.Last24h, &id, &e.AfterEventID, &e.AggregateType, &e.AggregateID, &e.DetectedAt)
+	if err != nil {
+		return fmt.Errorf("out-of-order deliveries: %w", err)
+	}
+	if id != nil {
+		e.EventID = *id
+		s.OutOfOrder.Latest = &e
+	}
+	return nil
 }
 
 // query runs the heads, pending, delivery-row, failed and pause queries.
@@ -701,6 +740,7 @@ func Redact(s string, n int) string {
 
 type queries struct {
 	lastID, heads, pending, deliveryRows, failedGroups, pauses, pausedAggregates, failures string
+	outOfOrder                                                                             string
 }
 
 // headsCTE folds the heads ($1 aggregate types, $2 aggregate ids, $3
@@ -731,6 +771,14 @@ func newQueries(schema string) queries {
 		"{blocked_for_d}", strings.ReplaceAll(blockedFor, "{id}", "d.event_id"))
 	return queries{
 		lastID: r.Replace(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}`),
+		// Few rows (compaction keeps the retention's): the count of a day
+		// and the newest.
+		outOfOrder: r.Replace(`
+			SELECT (SELECT count(*) FROM {s}.aa_outbox_overtaken WHERE detected_at > now() - interval '24 hours'),
+			       o.event_id, coalesce(o.after_event_id, 0), coalesce(o.aggregate_type, ''),
+			       coalesce(o.aggregate_id, '00000000-0000-0000-0000-000000000000'), coalesce(o.detected_at, 'epoch')
+			FROM (SELECT 1) one
+			LEFT JOIN LATERAL (SELECT * FROM {s}.aa_outbox_overtaken ORDER BY detected_at DESC, event_id DESC LIMIT 1) o ON true`),
 		// The first blocker per aggregate and consumer ("*": the event row,
 		// which blocks every consumer), with the pending events behind it
 		// per event_type. Blockers: events without open delivery rows that

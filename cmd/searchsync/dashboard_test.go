@@ -206,6 +206,11 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	ctx := context.Background()
 	stuck{poisonError: "search: mapper_parsing_exception", fresh: 4, freshAge: "3 seconds",
 		paused: "crm-hook", pausedFor: "5 minutes", pauseReason: "dial tcp 10.1.2.3:443: connection refused", probes: 3}.seed(t, db)
+	// An event a relay found out of id order (a producer without the lock).
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO aa_outbox_overtaken (event_id, aggregate_type, aggregate_id, after_event_id, instance)
+		VALUES (77, 'DDM_ENTITY', '0b5e0a2c-5c1e-4d7e-9a3b-1d2f3e4a5b6c', 78, 'relay-1')`); err != nil {
+		t.Fatal(err)
+	}
 	consumers := []config.Consumer{
 		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
 		{Name: "crm-hook", Type: "webhook"},
@@ -269,6 +274,9 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	}
 	if p := text("#paused"); p != "1" {
 		t.Errorf("paused consumers tile %q", p)
+	}
+	if o := text("#outoforder"); !strings.Contains(o, "1 events delivered out of id order") || !strings.Contains(o, "event 77 of DDM_ENTITY/0b5e0a2c-5c1e-4d7e-9a3b-1d2f3e4a5b6c after event 78") {
+		t.Errorf("out-of-order banner %q", o)
 	}
 	held := text("#held tbody")
 	for _, want := range []string{"search\tfailed\t1\t1\t1\t2h0m", "crm-hook\tpaused\t4\t4", "mapper_parsing_exception", "connection refused (3 failed probes)"} {

@@ -114,7 +114,12 @@ func (o *observer) observeBatch(b relay.BatchStats) {
 // handler serves /metrics, the dashboard (/ and /api/state) and whatever
 // health handler is passed in (/healthz, /readyz).
 func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema string, r *relay.Relay, logger *slog.Logger) http.Handler {
-	metrics.RegisterRelay(o.reg, r.InstanceID(), func() int { return r.Stats().Partitions })
+	metrics.RegisterRelay(o.reg, r.InstanceID(), metrics.Relay{
+		Partitions:       func() int { return r.Stats().Partitions },
+		Overtaken:        func() uint64 { return r.Stats().Overtaken },
+		WatermarkWait:    func() time.Duration { return r.Stats().WatermarkWait },
+		WatermarkGiveUps: func() uint64 { return r.Stats().WatermarkGiveUps },
+	})
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", health)
 	mux.Handle("/readyz", health)

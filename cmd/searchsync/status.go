@@ -63,8 +63,14 @@ type statusDoc struct {
 }
 
 func printStatus(out io.Writer, s *lag.Snapshot) {
-	fmt.Fprintf(out, "outbox at %s: %d pending (%d ready), %d failed, %d blocked aggregates, deliverable lag %.1f s, oldest pending %.1f s, last id %d\n\n",
+	fmt.Fprintf(out, "outbox at %s: %d pending (%d ready), %d failed, %d blocked aggregates, deliverable lag %.1f s, oldest pending %.1f s, last id %d\n",
 		s.At.Format("15:04:05"), s.Pending, s.Ready, s.Failed, s.BlockedCount, s.DeliverableLag, s.OldestPendingAge, s.LastID)
+	if o := s.OutOfOrder; o.Latest != nil {
+		l := o.Latest
+		fmt.Fprintf(out, "out of id order: %d events delivered after a later event of their aggregate in the last 24 h; latest: event %d of %s/%s after event %d, at %s (a producer skips the aggregate lock: docs/ordering.md)\n",
+			o.Last24h, l.EventID, l.AggregateType, l.AggregateID, l.AfterEventID, l.DetectedAt.Local().Format(time.DateTime))
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tTYPE\tINDEXES\tSTATE\tDELIVERABLE LAG (s)\tDELIVERABLE\tBACKLOG\tFAILED\tBLOCKED failed/backing_off\tOLDEST PENDING (s)")
 	for _, c := range s.Consumers {

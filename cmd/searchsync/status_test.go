@@ -103,6 +103,11 @@ routes:
   - {consumer: hook, event_types: ["entity.customer.*"]}
   - {consumer: search, event_types: ["entity.customer.*"]}
 `, db.URL, db.Schema))
+	// An event a relay delivered after a later one of its aggregate.
+	if _, err := db.Pool.Exec(t.Context(), `INSERT INTO aa_outbox_overtaken (event_id, aggregate_type, aggregate_id, after_event_id, instance)
+		VALUES (41, 'DDM_ENTITY', '0b5e0a2c-5c1e-4d7e-9a3b-1d2f3e4a5b6c', 42, 'relay-1')`); err != nil {
+		t.Fatal(err)
+	}
 	out, stderr, code := runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status", "--json")
 	if code != 0 {
 		t.Fatalf("status exited %d: %s", code, stderr)
@@ -131,12 +136,16 @@ routes:
 	if strings.Contains(out, "pw@") {
 		t.Errorf("status --json shows the credentials of the pause reason:\n%s", out)
 	}
+	if o := s.OutOfOrder; o.Last24h != 1 || o.Latest == nil || o.Latest.EventID != 41 || o.Latest.AfterEventID != 42 {
+		t.Errorf("out of order: %+v %+v, want event 41 after 42", o, o.Latest)
+	}
 	if s.DeliverableLag != search.DeliverableLag {
 		t.Errorf("snapshot deliverable lag %.1f, search %.1f", s.DeliverableLag, search.DeliverableLag)
 	}
 
 	out, _, code = runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status")
-	if code != 0 || !contains(out, "deliverable lag", "HELD BACK", "paused 3m", "mapper_parsing_exception", "connection refused (7 failed probes)") {
+	if code != 0 || !contains(out, "deliverable lag", "HELD BACK", "paused 3m", "mapper_parsing_exception", "connection refused (7 failed probes)",
+		"out of id order: 1 events", "event 41 of DDM_ENTITY/0b5e0a2c-5c1e-4d7e-9a3b-1d2f3e4a5b6c after event 42") {
 		t.Errorf("status table:\n%s", out)
 	}
 	t.Logf("status:\n%s", out)

@@ -64,6 +64,14 @@ async function refresh() {
   $("failed").textContent = s.failed;
   $("blocked").textContent = s.blocked_count;
   $("paused").textContent = (s.consumers || []).filter((c) => c.paused).length;
+  const ooo = s.out_of_order || {};
+  $("outoforder").hidden = !ooo.last_24h;
+  if (ooo.last_24h && ooo.latest) {
+    const l = ooo.latest;
+    $("outoforder").textContent = ooo.last_24h + " events delivered out of id order in the last 24 h (latest: event " + l.event_id +
+      " of " + l.aggregate_type + "/" + l.aggregate_id + " after event " + l.after_event_id + ", " + new Date(l.detected_at).toLocaleString() +
+      "). A producer inserts without taking the aggregate's advisory lock: see docs/ordering.md.";
+  }
   const drift = st.drift || [];
   $("drift").hidden = drift.length === 0;
   $("drift").innerHTML = drift.map(esc).join("<br>");

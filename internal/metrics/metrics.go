@@ -120,13 +120,41 @@ func (m *Metrics) ObserveBulk(ops, docBytes int, took time.Duration, err error) 
 	m.bulkTime.WithLabelValues(result).Observe(took.Seconds())
 }
 
-// RegisterRelay exports the partitions the relay instance owns, as
-// partitions reports them at every scrape.
-func RegisterRelay(reg prometheus.Registerer, instanceID string, partitions func() int) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "searchsync_relay_partitions_owned", Help: "Partitions this relay instance owns now.",
-		ConstLabels: prometheus.Labels{"instance_id": instanceID},
-	}, func() float64 { return float64(partitions()) }))
+// Relay is what RegisterRelay reads of a relay instance at every scrape.
+type Relay struct {
+	// Partitions owned now.
+	Partitions func() int
+	// Overtaken counts events delivered after a later event of their
+	// aggregate (a producer that skipped the aggregate lock).
+	Overtaken func() uint64
+	// WatermarkWait is how long the oldest id has waited for the
+	// visibility watermark; WatermarkGiveUps how often the relay stopped
+	// waiting for a transaction (relay.watermark.max_wait).
+	WatermarkWait    func() time.Duration
+	WatermarkGiveUps func() uint64
+}
+
+// RegisterRelay exports a relay instance's partitions, out-of-order
+// deliveries and watermark, as r reports them at every scrape.
+func RegisterRelay(reg prometheus.Registerer, instanceID string, r Relay) {
+	labels := prometheus.Labels{"instance_id": instanceID}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "searchsync_relay_partitions_owned", Help: "Partitions this relay instance owns now.", ConstLabels: labels,
+		}, func() float64 { return float64(r.Partitions()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "searchsync_relay_out_of_order_events_total", ConstLabels: labels,
+			Help: "Events delivered after a later event of their aggregate: a producer committed them out of id order (docs/ordering.md).",
+		}, func() float64 { return float64(r.Overtaken()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "searchsync_relay_watermark_wait_seconds", ConstLabels: labels,
+			Help: "How long the oldest outbox id has waited for the visibility watermark (transactions that may still commit a lower id).",
+		}, func() float64 { return r.WatermarkWait().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "searchsync_relay_watermark_give_ups_total", ConstLabels: labels,
+			Help: "Times the relay stopped waiting for a transaction that held outbox ids longer than relay.watermark.max_wait.",
+		}, func() float64 { return float64(r.WatermarkGiveUps()) }),
+	)
 }
 
 // Instrument wraps a consumer so that its outcomes, call durations and the
