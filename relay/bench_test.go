@@ -143,9 +143,18 @@ func (r *Relay) handled() uint64 {
 // another job on the machine adds to both), for batch sizes 500 (the
 // default first claim), 1000 and 4000 (the default max_batch_size), the
 // relay's batch fixed at the bare loop's.
+//
+// watermark=on runs the relay with its visibility watermark (the default),
+// released past the filled rows before the clock starts (no producer
+// writes meanwhile, so it does not sample during the steps); off leaves it
+// out. Both detect out-of-order events (a probe per claimed event).
 func BenchmarkClaimAck(b *testing.B) {
 	for _, batch := range []int{500, 1000, 4000} {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchClaimAck(b, batch, []Route{{Consumer: noop{}}}) })
+		for _, wm := range []string{"on", "off"} {
+			b.Run(fmt.Sprintf("batch=%d/watermark=%s", batch, wm), func(b *testing.B) {
+				benchClaimAck(b, batch, []Route{{Consumer: noop{}}}, wm)
+			})
+		}
 	}
 }
 
@@ -162,14 +171,14 @@ func BenchmarkClaimAckConsumers(b *testing.B) {
 		"three":        {{Consumer: noop{name: "a"}}, {Consumer: noop{name: "b"}}, {Consumer: noop{name: "c"}}},
 		"two_one_down": {{Consumer: noop{name: "a"}}, {Consumer: noop{name: "b", down: true}}},
 	} {
-		b.Run(name, func(b *testing.B) { benchClaimAck(b, 500, routes) })
+		b.Run(name, func(b *testing.B) { benchClaimAck(b, 500, routes, "on") })
 	}
 }
 
-func benchClaimAck(b *testing.B, batch int, routes []Route) {
+func benchClaimAck(b *testing.B, batch int, routes []Route, watermark string) {
 	bareDB, relayDB := testenv.NewDB(b), testenv.NewDB(b)
 	r, err := New(relayDB.Pool, Config{Schema: relayDB.Schema, BatchSize: batch, MaxBatchSize: batch, LeaseTTL: time.Minute,
-		Routes: routes, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Routes: routes, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Watermark: Watermark{Mode: watermark}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -193,6 +202,7 @@ func benchClaimAck(b *testing.B, batch int, routes []Route) {
 		for ci := range r.cons.list {
 			r.cons.state[ci] = pauseState{}
 		}
+		releaseAll(b, r)
 		b.StartTimer()
 		bareDone, relDone := false, false
 		for step := 0; !bareDone || !relDone; step++ {
@@ -243,6 +253,28 @@ func benchClaimAck(b *testing.B, batch int, routes []Route) {
 	st := r.Stats()
 	b.ReportMetric(float64(st.ClaimTime.Microseconds())/float64(st.Batches)/1000, "claim_ms/batch")
 	b.ReportMetric(float64(st.AckTime.Microseconds())/float64(st.Batches)/1000, "ack_ms/batch")
+}
+
+// releaseAll samples until the watermark (when on) has released every
+// event in the outbox: two samples when no transaction writes meanwhile.
+func releaseAll(b *testing.B, r *Relay) {
+	if r.wm == nil {
+		return
+	}
+	ctx := context.Background()
+	var last int64
+	if err := r.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM "+pgx.Identifier{r.cfg.Schema}.Sanitize()+".aa_outbox_event").Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r.wm.released() < last {
+		if time.Now().After(deadline) {
+			b.Fatalf("watermark at %d after 30s, want %d", r.wm.released(), last)
+		}
+		if _, err := r.wm.step(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // engineLike answers after a delay per event, as a search engine's _bulk

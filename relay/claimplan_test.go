@@ -42,10 +42,10 @@ func TestClaimWalksThePendingIndexWithoutStatistics(t *testing.T) {
 		args   []any
 		behind bool
 	}{
-		"claim":                    {q.all, []any{[]string{}, []string{"a"}, int64(40000)}, false},
-		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}, int64(40000)}, false},
-		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}, int64(40000)}, true},
-		"claim passing delivered":  {q.allBehind, []any{inFlight[:50], passed, []string{}, []string{"a"}, int64(40000)}, true},
+		"claim":                    {q.all, []any{[]string{}, []string{"a"}, int64(40000), make([]int64, 16)}, false},
+		"claim of some partitions": {q.owned, []any{[]int32{0, 1, 2, 3}, []string{"paused"}, []string{"a", "paused"}, int64(40000), make([]int64, 16)}, false},
+		"claim beside deliveries":  {q.allBehind, []any{inFlight, []int64{}, []string{}, []string{"a"}, int64(40000), make([]int64, 16)}, true},
+		"claim passing delivered":  {q.allBehind, []any{inFlight[:50], passed, []string{}, []string{"a"}, int64(40000), make([]int64, 16)}, true},
 	} {
 		plan := genericPlan(t, db, c.sql, c.args)
 		if strings.Contains(plan, `"Node Type": "Sort"`) || !strings.Contains(plan, `"Index Name": "ix_outbox_event_claimable"`) {

@@ -30,6 +30,11 @@ type leases struct {
 	// dropped them as lost); see doubt.
 	doubted    map[int]time.Time
 	inflight   map[int]bool // partitions of the batch in flight
+	// probe is, per owned partition, the id below which a claimed event is
+	// looked up for a later event of its aggregate delivered already
+	// (claimSQL's overtaken): the highest id claimed from it, or where the
+	// acquisition said to start (acquireSQL).
+	probe map[int]int64
 	validUntil time.Time    // local deadline of the leases (last renewal start + ttl)
 	live       int          // live instances at the last heartbeat
 	beatAt     time.Time    // last successful heartbeat
@@ -41,7 +46,7 @@ type leases struct {
 
 func newLeases(pool *pgxpool.Pool, q *queries, cfg *Config) *leases {
 	return &leases{pool: pool, q: q, cfg: cfg, owned: map[int]int64{}, releasing: map[int]bool{},
-		doubted: map[int]time.Time{}, inflight: map[int]bool{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+		doubted: map[int]time.Time{}, inflight: map[int]bool{}, probe: map[int]int64{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // prepare creates the lease rows and refuses to run beside live instances
@@ -174,6 +179,7 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 			l.cfg.Logger.Warn("relay: lost lease", "partition", p, "epoch", l.owned[p])
 			delete(l.owned, p)
 			delete(l.releasing, p)
+			delete(l.probe, p)
 		}
 	}
 	resolved := false
@@ -215,13 +221,15 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 	l.mu.Unlock()
 
 	if len(release) > 0 {
-		if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, release); err != nil {
+		parts, maxes := l.probeArrays(release)
+		if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, parts, maxes); err != nil {
 			return fmt.Errorf("release leases: %w", err)
 		}
 		l.mu.Lock()
 		for _, p := range release {
 			delete(l.owned, p)
 			delete(l.releasing, p)
+			delete(l.probe, p)
 		}
 		l.mu.Unlock()
 		l.cfg.Logger.Info("relay: released partitions for other instances", "partitions", release, "live_instances", live, "share", share)
@@ -231,15 +239,16 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 		if err != nil {
 			return fmt.Errorf("acquire leases: %w", err)
 		}
-		got := map[int]int64{}
+		got, from := map[int]int64{}, map[int]int64{}
 		var p int
-		var e int64
-		if _, err := pgx.ForEachRow(rows, []any{&p, &e}, func() error { got[p] = e; return nil }); err != nil {
+		var e, f int64
+		if _, err := pgx.ForEachRow(rows, []any{&p, &e, &f}, func() error { got[p], from[p] = e, f; return nil }); err != nil {
 			return fmt.Errorf("acquire leases: %w", err)
 		}
 		if len(got) > 0 {
 			l.mu.Lock()
 			maps.Copy(l.owned, got)
+			maps.Copy(l.probe, from)
 			n := len(l.owned)
 			l.mu.Unlock()
 			l.cfg.Logger.Info("relay: acquired partitions", "partitions", slices.Sorted(maps.Keys(got)), "owned", n, "live_instances", live)
@@ -263,6 +272,33 @@ func (l *leases) ownedArrays() ([]int32, []int64) {
 	return parts, epochs
 }
 
+// probeArrays are partitions ps with their probe thresholds (the highest
+// ids claimed), for a release.
+func (l *leases) probeArrays(ps []int) ([]int32, []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	parts := make([]int32, 0, len(ps))
+	maxes := make([]int64, 0, len(ps))
+	for _, p := range ps {
+		if m, ok := l.probe[p]; ok {
+			parts, maxes = append(parts, int32(p)), append(maxes, m)
+		}
+	}
+	return parts, maxes
+}
+
+// claimedFrom raises the probe thresholds past the events a claim took.
+func (l *leases) claimedFrom(evs []claimed) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range evs {
+		p := int(evs[i].part)
+		if m, ok := l.probe[p]; ok && evs[i].ev.ID > m {
+			l.probe[p] = evs[i].ev.ID
+		}
+	}
+}
+
 // claimable is the worker's view for one batch: the partitions it may claim
 // from (with epochs), marked in flight until done is called. all reports that
 // the relay owns every partition (the claim needs no partition filter).
@@ -270,6 +306,9 @@ type claimable struct {
 	parts  []int32
 	epochs []int64
 	all    bool
+	// probe is the probe threshold of every partition (index: partition),
+	// 0 for those not claimable.
+	probe []int64
 }
 
 func (l *leases) begin() claimable {
@@ -278,13 +317,14 @@ func (l *leases) begin() claimable {
 	if time.Now().After(l.validUntil) {
 		return claimable{}
 	}
-	var c claimable
+	c := claimable{probe: make([]int64, l.cfg.Partitions)}
 	for p, e := range l.owned {
 		if _, doubted := l.doubted[p]; doubted || l.releasing[p] {
 			continue
 		}
 		c.parts = append(c.parts, int32(p))
 		c.epochs = append(c.epochs, e)
+		c.probe[p] = l.probe[p]
 		l.inflight[p] = true
 	}
 	c.all = len(c.parts) == l.cfg.Partitions
@@ -363,12 +403,18 @@ func (l *leases) ready() (bool, string) {
 // those too must be handed back.
 func (l *leases) leave(ctx context.Context) error {
 	l.mu.Lock()
+	parts := make([]int32, 0, len(l.probe))
+	maxes := make([]int64, 0, len(l.probe))
+	for p, m := range l.probe {
+		parts, maxes = append(parts, int32(p)), append(maxes, m)
+	}
 	clear(l.owned)
 	clear(l.releasing)
 	clear(l.doubted)
+	clear(l.probe)
 	l.validUntil = time.Time{}
 	l.mu.Unlock()
-	if _, err := l.pool.Exec(ctx, l.q.releaseAll, l.cfg.InstanceID); err != nil {
+	if _, err := l.pool.Exec(ctx, l.q.releaseAll, l.cfg.InstanceID, parts, maxes); err != nil {
 		return fmt.Errorf("relay: release leases: %w", err)
 	}
 	if _, err := l.pool.Exec(ctx, l.q.leave, l.cfg.InstanceID); err != nil {

@@ -215,3 +215,35 @@ func TestWatermarkGivesUpAfterMaxWait(t *testing.T) {
 	a.commit(t, b.db)
 	testenv.Eventually(t, 30*time.Second, func() bool { return b.r.Stats().Overtaken == 1 }, "the late event reported")
 }
+
+// TestOutOfOrderIsDetectedByTheNextOwner: the relay that delivered event 2
+// stops (its leases released with the highest ids it claimed) before the
+// earlier event 1 commits; the relay that takes the partitions over finds
+// event 1 out of order all the same.
+func TestOutOfOrderIsDetectedByTheNextOwner(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	hook, err := webhook.New("hook", config.Webhook{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fast()
+	cfg.Watermark.Mode = "off"
+	cfg.Routes = []relay.Route{{Consumer: hook}}
+	first, stopFirst := start(t, db, cfg)
+	b := &orderBundle{db: db, rc: rc, r: first}
+
+	agg := uuid.New()
+	a := insertUnlocked(t, db, agg, 1)
+	bb := insertUnlocked(t, db, agg, 2)
+	bb.commit(t, db)
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(b.order(agg)) == 1 }, "event 2 delivered")
+	testenv.Eventually(t, 30*time.Second, func() bool { return getRow(t, db, bb.id).Status == "dispatched" }, "event 2 acked")
+	stopFirst()
+	a.commit(t, db)
+
+	next, _ := start(t, db, cfg)
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(b.order(agg)) == 2 }, "event 1 delivered by the next owner")
+	testenv.Eventually(t, 10*time.Second, func() bool { return next.Stats().Overtaken == 1 }, "the next owner reports event 1 (got %d)", next.Stats().Overtaken)
+}

@@ -558,6 +558,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	bs.Partitions = len(c.parts)
 	bs.Claimed = len(evs)
 	bs.Overtaken = r.overtaken(evs, x)
+	r.leases.claimedFrom(evs)
 	// A claim that left batches out may come back short because of them;
 	// only a full claim can tell that the outbox is drained. A short claim
 	// beside batches in flight, without a backlog, waits for the next
@@ -984,7 +985,7 @@ func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int)
 		args = append(args, x.aggs, x.ids)
 	}
 	held, names := r.cons.heldNow()
-	args = append(args, names, r.cons.names, r.horizon())
+	args = append(args, names, r.cons.names, r.horizon(), c.probe)
 	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
 	defer cancel()
 	br, release, err := r.sendBatch(cctx, claimBatch(q, args))

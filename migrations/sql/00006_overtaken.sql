@@ -16,5 +16,13 @@ CREATE TABLE aa_outbox_overtaken (
 );
 CREATE INDEX ix_outbox_overtaken_detected ON aa_outbox_overtaken (detected_at);
 
+-- The highest event id claimed from the partition by the owner that
+-- released it; NULL while a partition is owned, and after an owner died
+-- holding it. The next owner checks the events below it for a later event
+-- of their aggregate delivered already (with NULL: the events below the
+-- outbox's sequence), and claims above it without that look-up.
+ALTER TABLE aa_relay_lease ADD COLUMN claimed_max bigint;
+
 -- +goose Down
+ALTER TABLE aa_relay_lease DROP COLUMN claimed_max;
 DROP TABLE aa_outbox_overtaken;

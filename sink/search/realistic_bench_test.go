@@ -401,7 +401,15 @@ func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []sink.Ou
 	return out
 }
 
+//
+// SEARCHSYNC_BENCH_WATERMARK=on|off sets relay.watermark.mode (default on).
 func relayKnobs(b *testing.B, cfg *relay.Config) {
+	if v := os.Getenv("SEARCHSYNC_BENCH_WATERMARK"); v != "" {
+		if v != "on" && v != "off" {
+			b.Fatalf("SEARCHSYNC_BENCH_WATERMARK=%q: want on or off", v)
+		}
+		cfg.Watermark.Mode = v
+	}
 	for env, field := range map[string]*int{
 		"SEARCHSYNC_BENCH_IN_FLIGHT": &cfg.InFlight,
 		"SEARCHSYNC_BENCH_BATCH":     &cfg.BatchSize,
