@@ -28,16 +28,16 @@ type leases struct {
 	// doubted are partitions an ack found fenced, with when: no new claims
 	// until a heartbeat that started after that has renewed them (or
 	// dropped them as lost); see doubt.
-	doubted    map[int]time.Time
-	inflight   map[int]bool // partitions of the batch in flight
+	doubted  map[int]time.Time
+	inflight map[int]bool // partitions of the batch in flight
 	// probe is, per owned partition, the id below which a claimed event is
 	// looked up for a later event of its aggregate delivered already
 	// (claimSQL's overtaken): the highest id claimed from it, or where the
 	// acquisition said to start (acquireSQL).
-	probe map[int]int64
-	validUntil time.Time    // local deadline of the leases (last renewal start + ttl)
-	live       int          // live instances at the last heartbeat
-	beatAt     time.Time    // last successful heartbeat
+	probe      map[int]int64
+	validUntil time.Time // local deadline of the leases (last renewal start + ttl)
+	live       int       // live instances at the last heartbeat
+	beatAt     time.Time // last successful heartbeat
 	lastErr    error
 
 	changed chan struct{} // signalled when partitions were acquired, or doubted ones renewed

@@ -717,6 +717,9 @@ func (r *Relay) startAck(ctx context.Context, f *flight) {
 		t := time.Now()
 		f.ackErr = r.ack(ctx, f.c, f.acks, &f.bs)
 		f.clean = f.ackErr == nil && f.bs.Fenced == 0
+		if f.clean {
+			r.logFailures(f.evs, f.acks)
+		}
 		f.end = time.Now()
 		f.bs.Ack = f.end.Sub(t)
 	}()

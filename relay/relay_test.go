@@ -2,6 +2,8 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -151,6 +153,10 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 	rc.checkOrder(t)
 }
 
+// A poison event fails at once, the events behind it wait, and the relay
+// says so: a WARN with the event's id, type, aggregate, consumer and reason.
+// Many failures in one batch: five lines, then one that counts the rest per
+// consumer and reason.
 func TestPoisonFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -158,6 +164,8 @@ func TestPoisonFailsAtOnce(t *testing.T) {
 	rc.setStatus(poisonBroken)
 	cfg := fast()
 	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	log := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	start(t, db, cfg)
 	agg := uuid.New()
 	ids := write(t, db, event(&agg, "entity.customer.broken", "DDM_ENTITY", 1), event(&agg, "entity.customer.updated", "DDM_ENTITY", 2))
@@ -168,6 +176,26 @@ func TestPoisonFailsAtOnce(t *testing.T) {
 	}
 	if got := getRow(t, db, ids[1]); got.Status != "pending" || got.Attempts != 0 {
 		t.Errorf("behind poison: %+v", got)
+	}
+	line := fmt.Sprintf(`level=WARN msg="relay: event failed: its aggregate waits for an operator (searchsync outbox retry or ack)" event_id=%d event_type=entity.customer.broken aggregate=DDM_ENTITY/%s consumer=hook attempts=1 reason="HTTP 422`, ids[0], agg)
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(log.text(), line) }, "the failure logged as %s", line)
+
+	// Eight poisons of eight aggregates in one batch.
+	var many []outbox.Event
+	for range 8 {
+		a := uuid.New()
+		many = append(many, event(&a, "entity.customer.broken", "DDM_ENTITY", 1))
+	}
+	write(t, db, many...) // one transaction: one claim takes them all
+	testenv.Eventually(t, 10*time.Second, func() bool { return countStatus(t, db, "failed") == 9 }, "nine failed")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return strings.Count(log.text(), "relay: event failed") >= 6 && strings.Contains(log.text(), "more events failed")
+	}, "the batch's failures logged")
+	if n := strings.Count(log.text(), "relay: event failed"); n != 6 {
+		t.Errorf("%d failure lines, want 1 + 5 (the rest counted):\n%s", n, log.text())
+	}
+	if !strings.Contains(log.text(), `events=3 by_reason="3 × hook: HTTP 422`) {
+		t.Errorf("no summary of the other 3 failures:\n%s", log.text())
 	}
 }
 

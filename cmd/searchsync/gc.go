@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
 	"math"
 	"os"
@@ -39,6 +40,8 @@ func setGCPercent() {
 func setMemoryLimit(logger *slog.Logger) {
 	limit, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup), memlimit.WithLogger(slog.New(slog.DiscardHandler)))
 	switch {
+	case errors.Is(err, memlimit.ErrNoCgroup) || errors.Is(err, memlimit.ErrCgroupsNotSupported):
+		logger.Debug("memory limit: not in a container with one; none set", "error", err)
 	case err != nil:
 		logger.Warn("memory limit: could not read the container's; none set", "error", err)
 	case limit > 0 && limit < math.MaxInt64:

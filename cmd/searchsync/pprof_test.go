@@ -15,7 +15,8 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
-// TestPprofBehindTheOperatorToken runs a relay with http.pprof on: its
+// TestPprofBehindTheOperatorToken runs a relay with http.pprof on (and
+// GOMEMLIMIT, which it says it honours): its
 // heap profile is served to a request with the operator token, refused
 // (401, and a WARN with the client's address, not what it sent) without it
 // or with a wrong one; a relay without http.pprof serves no profile at all.
@@ -51,7 +52,8 @@ consumers:
 routes:
   - {consumer: hook}
 `, db.URL, db.Schema, addr, tokenFile))
-	stop := startRelayEnv(t, cfg, addr, []string{"DATABASE_URL=", "SEARCHSYNC_LOG_LEVEL=warn", "SEARCHSYNC_LOG_FORMAT=json"}, logFile)
+	// GOMEMLIMIT is honoured and said at start-up.
+	stop := startRelayEnv(t, cfg, addr, []string{"DATABASE_URL=", "SEARCHSYNC_LOG_FORMAT=json", "GOMEMLIMIT=200MiB"}, logFile)
 	defer stop()
 
 	code, body := get(addr, token)
@@ -68,6 +70,9 @@ routes:
 		return strings.Count(string(b), "profile request refused") == 2
 	}, "two refusals logged")
 	logged, _ := os.ReadFile(logFile)
+	if !strings.Contains(string(logged), `"msg":"memory limit","mib":200,"from":"GOMEMLIMIT"`) {
+		t.Errorf("no memory limit line for GOMEMLIMIT=200MiB:\n%s", logged)
+	}
 	if strings.Contains(string(logged), token) {
 		t.Errorf("the log holds the token:\n%s", logged)
 	}
