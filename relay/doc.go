@@ -133,6 +133,19 @@
 // left out the events only that consumer still owed, so a later event of an
 // aggregate may be in the batch without its predecessor.
 //
+// # Producers that skip the aggregate lock
+//
+// Claims deliver in id order what is visible; a producer that inserts
+// without the aggregate's advisory lock can commit an earlier id after a
+// later one was delivered. With Config.Watermark on (the default), a claim
+// takes events of an aggregate only up to the visibility watermark: the
+// highest id no transaction can still commit below (watermark.go samples
+// pg_current_snapshot() for it). Whatever the setting, the claim looks up,
+// for events below the highest id claimed from their partition, whether
+// the aggregate's next event was delivered already, and the relay reports
+// every event found out of order (order.go): a WARN, Stats.Overtaken and a
+// row of aa_outbox_overtaken. docs/ordering.md has the reasoning.
+//
 // # Waking up
 //
 // The relay LISTENs on outbox.Channel(schema) and also polls every

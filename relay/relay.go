@@ -1189,13 +1189,27 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 // rows it changed: its command tag's count when tagged, else the count it
 // returns (ackSQL).
 func (r *Relay) ackExec(ctx context.Context, q string, args []any, tagged bool) (int64, error) {
-	br, release, err := r.sendBatch(ctx, withoutJIT(q, args...))
+	b := withoutJIT(q, args...)
+	if r.wm != nil {
+		// The ack's own transaction id, before its UPDATE runs: the
+		// watermark does not wait for it (an ack takes no outbox id).
+		b.QueuedQueries[0].SQL = "SELECT set_config('jit', 'off', true), pg_current_xact_id()::text::bigint"
+	}
+	br, release, err := r.sendBatch(ctx, b)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
 	var affected int64
-	_, err = br.Exec()
+	if r.wm != nil {
+		var xid int64
+		if err = br.QueryRow().Scan(nil, &xid); err == nil {
+			r.wm.own(uint64(xid))
+			defer r.wm.disown(uint64(xid))
+		}
+	} else {
+		_, err = br.Exec()
+	}
 	if err == nil && tagged {
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()

@@ -78,6 +78,9 @@ type horizon struct {
 	mu       sync.Mutex
 	samples  []visSample
 	released atomic.Int64
+	// ignore, when set, names transactions known to take no outbox id
+	// (this relay's acks): no sample waits for them.
+	ignore func(xid uint64) bool
 }
 
 // maxSamples bounds the samples kept while a long transaction holds them
@@ -115,7 +118,7 @@ func (h *horizon) add(s visSample) (advanced bool) {
 // all ended as of now.
 func (h *horizon) releaseLocked(now pgSnapshot) (advanced bool) {
 	n := 0
-	for n < len(h.samples) && h.samples[n].ready && allEnded(h.samples[n].need, now) {
+	for n < len(h.samples) && h.samples[n].ready && h.allEnded(h.samples[n].need, now) {
 		advanced = h.raise(h.samples[n].maxID) || advanced
 		n++
 	}
@@ -123,9 +126,9 @@ func (h *horizon) releaseLocked(now pgSnapshot) (advanced bool) {
 	return advanced
 }
 
-func allEnded(xs []uint64, now pgSnapshot) bool {
+func (h *horizon) allEnded(xs []uint64, now pgSnapshot) bool {
 	for _, x := range xs {
-		if !now.ended(x) {
+		if !now.ended(x) && (h.ignore == nil || !h.ignore(x)) {
 			return false
 		}
 	}
@@ -204,6 +207,12 @@ type watermark struct {
 	h     horizon
 	poked chan struct{}
 
+	// acks are the transactions of this relay's acks in flight: they
+	// update outbox rows and take no id, so no sample waits for them
+	// (under load an ack is the longest transaction in most samples).
+	ackMu sync.Mutex
+	acks  map[uint64]struct{}
+
 	lastLockCheck time.Time
 	forced        atomic.Int64 // times the relay gave up waiting (MaxWait)
 }
@@ -215,7 +224,29 @@ type watermark struct {
 const lockCheckAfter = 250 * time.Millisecond
 
 func newWatermark(r *Relay) *watermark {
-	return &watermark{r: r, poked: make(chan struct{}, 1)}
+	w := &watermark{r: r, poked: make(chan struct{}, 1), acks: map[uint64]struct{}{}}
+	w.h.ignore = w.isAck
+	return w
+}
+
+// own and disown record an ack's transaction while it runs.
+func (w *watermark) own(xid uint64) {
+	w.ackMu.Lock()
+	w.acks[xid] = struct{}{}
+	w.ackMu.Unlock()
+}
+
+func (w *watermark) disown(xid uint64) {
+	w.ackMu.Lock()
+	delete(w.acks, xid)
+	w.ackMu.Unlock()
+}
+
+func (w *watermark) isAck(xid uint64) bool {
+	w.ackMu.Lock()
+	defer w.ackMu.Unlock()
+	_, ok := w.acks[xid]
+	return ok
 }
 
 // poke makes the watermark sample at once (events were notified).
