@@ -401,7 +401,6 @@ func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []sink.Ou
 	return out
 }
 
-//
 // SEARCHSYNC_BENCH_WATERMARK=on|off sets relay.watermark.mode (default on).
 func relayKnobs(b *testing.B, cfg *relay.Config) {
 	if v := os.Getenv("SEARCHSYNC_BENCH_WATERMARK"); v != "" {
