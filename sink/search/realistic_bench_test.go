@@ -386,8 +386,6 @@ func rawDocs(b *testing.B, bd *bundle, evs []*outbox.Event) (ops []indexer.BulkO
 	return ops, live
 }
 
-// relayKnobs sets the relay settings that SEARCHSYNC_BENCH_IN_FLIGHT,
-// _BATCH and _MAX_BATCH name, to compare with the defaults.
 // answerAtOnce is the consumer of SEARCHSYNC_BENCH_CONSUMER=none: every
 // event delivered at once, nothing written.
 type answerAtOnce struct{}
@@ -401,6 +399,8 @@ func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []sink.Ou
 	return out
 }
 
+// relayKnobs sets the relay settings that SEARCHSYNC_BENCH_IN_FLIGHT,
+// _BATCH and _MAX_BATCH name, to compare with the defaults;
 // SEARCHSYNC_BENCH_WATERMARK=on|off sets relay.watermark.mode (default on).
 func relayKnobs(b *testing.B, cfg *relay.Config) {
 	if v := os.Getenv("SEARCHSYNC_BENCH_WATERMARK"); v != "" {
