@@ -19,10 +19,7 @@ import (
 // head in id order, so when the event after a run's last one was delivered,
 // so was it after every event of the run.
 func (r *Relay) overtaken(evs []claimed, x *exclusion) int {
-	type run struct {
-		first, last int // indexes in evs
-		later       int64
-	}
+	type run struct{ first, last int } // indexes in evs
 	var runs map[[16]byte]*run
 	for i := range evs {
 		e := &evs[i].ev

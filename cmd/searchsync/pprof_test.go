@@ -29,7 +29,7 @@ func TestPprofBehindTheOperatorToken(t *testing.T) {
 	}
 	get := func(addr, tok string) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+addr+"/debug/pprof/heap", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/debug/pprof/heap", nil)
 		if tok != "" {
 			req.Header.Set(dashboard.TokenHeader, tok)
 		}
