@@ -67,18 +67,26 @@ type orderBundle struct {
 	log *syncBuffer
 }
 
-func startOrdered(t *testing.T, mod func(c *relay.Config)) *orderBundle {
+// orderedConfig is a relay configuration that delivers to rc through the
+// webhook consumer, logging to log.
+func orderedConfig(t *testing.T, rc *receiver, log *syncBuffer) relay.Config {
 	t.Helper()
-	db := testenv.NewDB(t)
-	rc := newReceiver(t)
 	hook, err := webhook.New("hook", config.Webhook{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
 	cfg := fast()
 	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	cfg.Routes = []relay.Route{{Consumer: hook}}
+	return cfg
+}
+
+func startOrdered(t *testing.T, mod func(c *relay.Config)) *orderBundle {
+	t.Helper()
+	db := testenv.NewDB(t)
+	rc := newReceiver(t)
+	log := &syncBuffer{}
+	cfg := orderedConfig(t, rc, log)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -224,13 +232,8 @@ func TestOutOfOrderIsDetectedByTheNextOwner(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	rc := newReceiver(t)
-	hook, err := webhook.New("hook", config.Webhook{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := fast()
+	cfg := orderedConfig(t, rc, &syncBuffer{})
 	cfg.Watermark.Mode = "off"
-	cfg.Routes = []relay.Route{{Consumer: hook}}
 	first, stopFirst := start(t, db, cfg)
 	b := &orderBundle{db: db, rc: rc, r: first}
 

@@ -18,7 +18,6 @@ import (
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // BenchmarkBacklogMemory drains a backlog that is all pending when the
@@ -72,15 +71,7 @@ func BenchmarkBacklogMemory(b *testing.B) {
 		writeStream(b, bd, w, 5_000)
 		b.Logf("backlog: %d pending events written in %s", total, time.Since(t0).Round(time.Second))
 
-		cons := bd.consumer(func(c *search.Config) {
-			if v := os.Getenv("SEARCHSYNC_BENCH_STATE_CACHE"); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					b.Fatalf("SEARCHSYNC_BENCH_STATE_CACHE=%q: %v", v, err)
-				}
-				c.StateCache = n
-			}
-		})
+		cons := bd.consumer(stateCacheKnob(b))
 		cfg := relay.Config{Schema: bd.db.Schema, Logger: slog.New(slog.DiscardHandler)}
 		relayKnobs(b, &cfg)
 		cfg.Routes = []relay.Route{{Consumer: cons, Match: func(et, at string) bool {

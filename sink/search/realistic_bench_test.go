@@ -176,16 +176,7 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 				rs, stops = append(rs, r), append(stops, runRelay(b, r))
 				continue
 			}
-			cons := bd.consumer(func(c *search.Config) {
-				if v := os.Getenv("SEARCHSYNC_BENCH_STATE_CACHE"); v != "" {
-					// search.state_cache other than the default (-1: none)
-					n, err := strconv.Atoi(v)
-					if err != nil {
-						b.Fatalf("SEARCHSYNC_BENCH_STATE_CACHE=%q: %v", v, err)
-					}
-					c.StateCache = n
-				}
-			})
+			cons := bd.consumer(stateCacheKnob(b))
 			cfg.Routes = []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
 				return strings.HasPrefix(et, "entity.customer.") && at == customer.AggregateType
 			}}}
@@ -397,6 +388,20 @@ func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []sink.Ou
 		out[i] = sink.Ok()
 	}
 	return out
+}
+
+// stateCacheKnob sets search.state_cache to SEARCHSYNC_BENCH_STATE_CACHE
+// when it is set (-1: none), to compare with the default.
+func stateCacheKnob(b *testing.B) func(c *search.Config) {
+	return func(c *search.Config) {
+		if v := os.Getenv("SEARCHSYNC_BENCH_STATE_CACHE"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				b.Fatalf("SEARCHSYNC_BENCH_STATE_CACHE=%q: %v", v, err)
+			}
+			c.StateCache = n
+		}
+	}
 }
 
 // relayKnobs sets the relay settings that SEARCHSYNC_BENCH_IN_FLIGHT,
