@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -60,8 +61,103 @@ func (k keyLines) indexNode(n *yaml.Node, path string) {
 // unmarshal !!str `many` into int").
 var typeErrorLine = regexp.MustCompile(`^line (\d+): (.*)$`)
 
-// unknownField is the decoder's message for a key the struct lacks.
-var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+// unknownField is the decoder's message for a key the struct lacks, with
+// the struct's type.
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
+
+// wrongType is the decoder's message for a value of the wrong kind: the
+// YAML tag, the value, the Go type.
+var wrongType = regexp.MustCompile("^cannot unmarshal !!(\\w+) `(.*)` into (\\S+)$")
+
+// plainTypeError says what a value of Go type goType must look like.
+func plainTypeError(tag, value, goType string) string {
+	got := fmt.Sprintf("%q", value)
+	if tag == "map" || tag == "seq" {
+		got = map[string]string{"map": "a mapping", "seq": "a list"}[tag]
+	}
+	switch goType {
+	case "time.Duration":
+		return got + " is not a duration: write one with its unit, such as 500ms, 10s or 5m"
+	case "int", "int32", "int64", "uint", "uint32", "uint64":
+		return got + " is not a whole number"
+	case "float64", "float32":
+		return got + " is not a number"
+	case "bool":
+		return got + " is not true or false"
+	case "string":
+		return got + " is not a single value (quote it if it is meant as text)"
+	}
+	if strings.HasPrefix(goType, "[]") {
+		return got + " is not a list: write [a, b] or one \"- item\" per line"
+	}
+	return fmt.Sprintf("%s does not fit here (expected %s)", got, goType)
+}
+
+// fieldsOf is the YAML keys of the configuration's struct type named
+// typeName ("config.Relay"), nil when there is none.
+func fieldsOf(typeName string) []string {
+	var out []string
+	seen := map[reflect.Type]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		if t.String() == typeName {
+			for f := range t.Fields() {
+				if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+					out = append(out, name)
+				}
+			}
+			return
+		}
+		for f := range t.Fields() {
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeFor[Config]())
+	return out
+}
+
+// closest is the name of names nearest to s when it is a likely typo:
+// at most two edits away (one for short names), else "".
+func closest(s string, names []string) string {
+	best, bestD := "", 3
+	if len(s) <= 4 {
+		bestD = 2
+	}
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(s), n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
 
 // decodeErrors turns the decoder's messages into Errors that name the key: the
 // key on the message's line whose name (unknown field) or value (wrong type)
@@ -75,6 +171,11 @@ func (c *Config) decodeErrors(root *yaml.Node, msgs []string) []error {
 			e.Reason = sm[2]
 			if um := unknownField.FindStringSubmatch(sm[2]); um != nil {
 				e.Reason = fmt.Sprintf("unknown field %q", um[1])
+				if near := closest(um[1], fieldsOf(um[2])); near != "" {
+					e.Reason += fmt.Sprintf(" (did you mean %q?)", near)
+				}
+			} else if tm := wrongType.FindStringSubmatch(sm[2]); tm != nil {
+				e.Reason = plainTypeError(tm[1], tm[2], tm[3])
 			}
 			e.Key = keyAt(root, e.Line, sm[2])
 		}

@@ -17,10 +17,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -599,7 +601,11 @@ func (c *Config) Validate() error {
 		if r.Consumer == "" {
 			v.add(key+".consumer", "is required")
 		} else if !names[r.Consumer] {
-			v.add(key+".consumer", fmt.Sprintf("names unknown consumer %q", r.Consumer))
+			reason := fmt.Sprintf("names unknown consumer %q", r.Consumer)
+			if near := closest(r.Consumer, slices.Sorted(maps.Keys(names))); near != "" {
+				reason += fmt.Sprintf(" (did you mean %q?)", near)
+			}
+			v.add(key+".consumer", reason)
 		}
 		for j, p := range r.EventTypes {
 			if _, err := path.Match(p, ""); err != nil {
