@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,41 @@ func (f *outboxFixture) exec(sql string, args ...any) {
 	f.t.Helper()
 	if _, err := f.db.Pool.Exec(f.ctx, sql, args...); err != nil {
 		f.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// liveRelay records a relay instance whose heartbeat is fresh.
+func (f *outboxFixture) liveRelay(id string) {
+	f.t.Helper()
+	f.exec(`INSERT INTO aa_relay_instance (id, hostname, pid, partitions, expires_at) VALUES ($1, 'host', 1, 32, now() + interval '15 seconds')`, id)
+}
+
+// TestNoLiveRelay: with no relay heartbeating, every consumer that is not
+// paused says "no live relay" instead of running, and the snapshot has the
+// last heartbeat of the instance that stopped.
+func TestNoLiveRelay(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := uuid.New()
+	f.event(&id, "5 seconds", "pending", "")
+	s := f.read()
+	if s.Relays.Live != 0 || s.Relays.LastHeartbeat != nil {
+		t.Errorf("relays %+v, want none ever", s.Relays)
+	}
+	for _, c := range s.Consumers {
+		if c.State != lag.StateNoRelay {
+			t.Errorf("%s: state %q, want %q", c.Name, c.State, lag.StateNoRelay)
+		}
+	}
+	// A relay that stopped heartbeating a minute ago.
+	f.exec(`INSERT INTO aa_relay_instance (id, hostname, pid, partitions, heartbeat_at, expires_at) VALUES ('gone', 'host', 1, 32, now() - interval '1 minute', now() - interval '45 seconds')`)
+	s = f.read()
+	if s.Relays.Live != 0 || s.Relays.LastHeartbeat == nil || time.Since(*s.Relays.LastHeartbeat) < 50*time.Second {
+		t.Errorf("relays %+v, want none live, the last heartbeat a minute ago", s.Relays)
+	}
+	f.liveRelay("relay-2")
+	if s = f.read(); s.Relays.Live != 1 || consumer(t, s, "search").State != "running" {
+		t.Errorf("with a live relay: %+v, search %q", s.Relays, consumer(t, s, "search").State)
 	}
 }
 
@@ -119,8 +155,12 @@ func TestLagPoisonHeadDoesNotInflateDeliverableLag(t *testing.T) {
 		f.event(&id, "5 seconds", "pending", "")
 	}
 	f.event(nil, "3 seconds", "pending", "")
+	f.liveRelay("relay-1")
 
 	s := f.read()
+	if s.Relays.Live != 1 {
+		t.Errorf("live relays %d, want 1", s.Relays.Live)
+	}
 	if !near(s.OldestPendingAge, 3540, 30) {
 		t.Errorf("oldest pending age %.1f, want the blocked events' 59 min", s.OldestPendingAge)
 	}

@@ -97,7 +97,21 @@ type Snapshot struct {
 	// OutOfOrder is the events the relays delivered after a later event
 	// of their aggregate (aa_outbox_overtaken).
 	OutOfOrder OutOfOrder `json:"out_of_order"`
+	// Relays is the relay instances alive (heartbeating) now.
+	Relays Relays `json:"relays"`
 }
+
+// Relays counts the relay instances whose heartbeat has not expired
+// (aa_relay_instance), with the newest heartbeat of any instance (nil when
+// none ever ran). With none live, no consumer is delivering: its State
+// says "no live relay".
+type Relays struct {
+	Live          int        `json:"live"`
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
+}
+
+// StateNoRelay is a consumer's State when no relay instance is alive.
+const StateNoRelay = "no live relay"
 
 // OutOfOrder counts the events delivered out of id order in the last 24
 // hours, with the newest one ever recorded (nil when none is): a producer
@@ -133,7 +147,8 @@ type ConsumerLag struct {
 	Name    string   `json:"name"`
 	Type    string   `json:"type"`
 	Indexes []string `json:"indexes,omitempty"`
-	// State is running or paused.
+	// State is running, paused, or StateNoRelay when no relay instance
+	// is alive (nothing delivers, whatever the consumer's own state).
 	State string `json:"state"`
 	// Pending counts the pending events the consumer still has to deliver
 	// (deliverable or not); OldestPendingAge is the age of the oldest.
@@ -350,6 +365,9 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		if err := r.outOfOrder(ctx, tx, s); err != nil {
 			return err
 		}
+		if err := tx.QueryRow(ctx, r.q.relays).Scan(&s.Relays.Live, &s.Relays.LastHeartbeat); err != nil {
+			return fmt.Errorf("relay instances: %w", err)
+		}
 		r.summarize(s, &rw)
 		return r.pausedAggregates(ctx, tx, s, &rw)
 	})
@@ -509,6 +527,9 @@ func (r *Reader) summarize(s *Snapshot, rw *raw) {
 	for i, c := range r.consumers {
 		cl := &s.Consumers[i]
 		*cl = ConsumerLag{Name: c.Name, Type: c.Type, State: "running"}
+		if s.Relays.Live == 0 {
+			cl.State = StateNoRelay
+		}
 		if c.Search != nil {
 			cl.Indexes = c.Search.Indexes
 		}
@@ -740,7 +761,7 @@ func Redact(s string, n int) string {
 
 type queries struct {
 	lastID, heads, pending, deliveryRows, failedGroups, pauses, pausedAggregates, failures string
-	outOfOrder                                                                             string
+	outOfOrder, relays                                                                     string
 }
 
 // headsCTE folds the heads ($1 aggregate types, $2 aggregate ids, $3
@@ -771,6 +792,7 @@ func newQueries(schema string) queries {
 		"{blocked_for_d}", strings.ReplaceAll(blockedFor, "{id}", "d.event_id"))
 	return queries{
 		lastID: r.Replace(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}`),
+		relays: r.Replace(`SELECT count(*) FILTER (WHERE expires_at > now()), max(heartbeat_at) FROM {s}.aa_relay_instance`),
 		// Few rows (compaction keeps the retention's): the count of a day
 		// and the newest.
 		outOfOrder: r.Replace(`

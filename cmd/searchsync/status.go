@@ -65,6 +65,14 @@ type statusDoc struct {
 func printStatus(out io.Writer, s *lag.Snapshot) {
 	fmt.Fprintf(out, "outbox at %s: %d pending (%d ready), %d failed, %d blocked aggregates, deliverable lag %.1f s, oldest pending %.1f s, last id %d\n",
 		s.At.Format("15:04:05"), s.Pending, s.Ready, s.Failed, s.BlockedCount, s.DeliverableLag, s.OldestPendingAge, s.LastID)
+	switch r := s.Relays; {
+	case r.Live > 0:
+		fmt.Fprintf(out, "relays: %d live\n", r.Live)
+	case r.LastHeartbeat != nil:
+		fmt.Fprintf(out, "NO LIVE RELAY: nothing is delivered; the last heartbeat was %s ago (start `searchsync run`)\n", statusAge(time.Since(*r.LastHeartbeat).Seconds()))
+	default:
+		fmt.Fprintln(out, "NO LIVE RELAY: no relay has run against this schema yet (start `searchsync run`)")
+	}
 	if o := s.OutOfOrder; o.Latest != nil {
 		l := o.Latest
 		fmt.Fprintf(out, "out of id order: %d events delivered after a later event of their aggregate in the last 24 h; latest: event %d of %s/%s after event %d, at %s (a producer skips the aggregate lock: docs/ordering.md)\n",
