@@ -7,6 +7,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5/pgconn"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -22,9 +25,9 @@ import (
 const connectTimeout = 10 * time.Second
 
 // openPool connects to the configured database with search_path set to the
-// outbox schema and fails, within timeout, with the host it tried when the
-// server does not answer.
-func openPool(ctx context.Context, db config.Database, timeout time.Duration) (*pgxpool.Pool, error) {
+// outbox schema, waiting up to timeout for a server that does not answer
+// yet (waitForDatabase), and fails with the host it tried.
+func openPool(ctx context.Context, db config.Database, timeout time.Duration, logger *slog.Logger) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url: %w", err)
@@ -39,13 +42,66 @@ func openPool(ctx context.Context, db config.Database, timeout time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s: %w", where, err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
+	if err := waitForDatabase(ctx, pool, db.URL, where, timeout, logger); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL)%s: %w", where, tlsHint(db.URL, err), err)
+		return nil, err
 	}
 	return pool, nil
+}
+
+// waitForDatabase pings PostgreSQL until it answers, for at most timeout
+// (a restart, a failover, a database still starting up), with backoff and
+// one log line while it waits. A refusal that waiting cannot cure (wrong
+// password, unknown database or role, a TLS mismatch) ends it at once.
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, dbURL, where string, timeout time.Duration, logger *slog.Logger) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0))
+	waiting := false
+	for {
+		pctx, pcancel := context.WithTimeout(wctx, max(time.Second, timeout/4))
+		err := pool.Ping(pctx)
+		pcancel()
+		if err == nil {
+			if waiting {
+				logger.Info("PostgreSQL answers", "at", where)
+			}
+			return nil
+		}
+		hint := tlsHint(dbURL, err)
+		if hint != "" || permanentDBError(err) || wctx.Err() != nil {
+			if wctx.Err() != nil && ctx.Err() == nil {
+				hint += fmt.Sprintf(" (tried for %s: --connect-timeout)", timeout)
+			}
+			return fmt.Errorf("cannot reach PostgreSQL at %s (database.url or DATABASE_URL)%s: %w", where, hint, err)
+		}
+		d := bo.NextBackOff()
+		if !waiting {
+			logger.Warn("waiting for PostgreSQL", "at", where, "error", err, "for_at_most", timeout)
+			waiting = true
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+// permanentDBError reports an error a wait does not cure: the server
+// answered and refused (authentication, an unknown database or role, a
+// bad parameter), as opposed to one that is not up, starting up or
+// shutting down (class 57), or not reachable.
+func permanentDBError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "28", "3D", "42", "0A":
+		return true
+	}
+	return false
 }
 
 // tlsHint names the setting behind a TLS failure: the server's certificate
@@ -95,7 +151,7 @@ func (g *Globals) connect(ctx context.Context) (*env, *pgxpool.Pool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout, e.logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func TestPostgresTLSVerifyFull(t *testing.T) {
 	pt := testenv.PostgresTLSFiles(t)
 	ctx := context.Background()
 	dbURL := tlsURL(t, nil, url.Values{"sslmode": {"verify-full"}, "sslrootcert": {pt.CA}})
-	pool, err := openPool(ctx, config.Database{URL: dbURL, Schema: "public", MaxConns: 2}, 10*time.Second)
+	pool, err := openPool(ctx, config.Database{URL: dbURL, Schema: "public", MaxConns: 2}, 10*time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestPostgresTLSClientCertificate(t *testing.T) {
 	ctx := context.Background()
 	dbURL := tlsURL(t, url.User(pt.CertUser), url.Values{"sslmode": {"verify-full"}, "sslrootcert": {pt.CA},
 		"sslcert": {pt.ClientCert}, "sslkey": {pt.ClientKey}})
-	pool, err := openPool(ctx, config.Database{URL: dbURL, Schema: "public", MaxConns: 2}, 10*time.Second)
+	pool, err := openPool(ctx, config.Database{URL: dbURL, Schema: "public", MaxConns: 2}, 10*time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestPostgresTLSClientCertificate(t *testing.T) {
 	// Without the certificate the same role is refused: hostssl … cert
 	// takes no password.
 	noCert := tlsURL(t, url.UserPassword(pt.CertUser, "guess"), url.Values{"sslmode": {"verify-full"}, "sslrootcert": {pt.CA}})
-	if p, err := openPool(ctx, config.Database{URL: noCert, Schema: "public", MaxConns: 2}, 10*time.Second); err == nil {
+	if p, err := openPool(ctx, config.Database{URL: noCert, Schema: "public", MaxConns: 2}, 10*time.Second, slog.New(slog.DiscardHandler)); err == nil {
 		p.Close()
 		t.Fatal("a cert-only role connected without a certificate")
 	}
@@ -72,7 +73,7 @@ func TestPostgresTLSWrongCA(t *testing.T) {
 	other := testenv.NewCA(t, "not the server's CA")
 	const password = "searchsync" // the test role's password, which no error may print
 	dbURL := tlsURL(t, url.UserPassword("searchsync", password), url.Values{"sslmode": {"verify-full"}, "sslrootcert": {other.CertFile}})
-	_, err := openPool(context.Background(), config.Database{URL: dbURL, Schema: "public", MaxConns: 2}, 10*time.Second)
+	_, err := openPool(context.Background(), config.Database{URL: dbURL, Schema: "public", MaxConns: 2}, 10*time.Second, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("connected although the server's certificate is not signed by sslrootcert")
 	}
@@ -89,7 +90,7 @@ func TestPostgresTLSWrongCA(t *testing.T) {
 
 	// A CA file that does not exist names the setting too.
 	missing := tlsURL(t, url.UserPassword("searchsync", password), url.Values{"sslmode": {"verify-full"}, "sslrootcert": {"/nonexistent/ca.crt"}})
-	_, err = openPool(context.Background(), config.Database{URL: missing, Schema: "public", MaxConns: 2}, 10*time.Second)
+	_, err = openPool(context.Background(), config.Database{URL: missing, Schema: "public", MaxConns: 2}, 10*time.Second, slog.New(slog.DiscardHandler))
 	t.Log(err)
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.crt") || strings.Contains(err.Error(), ":"+password+"@") {
 		t.Errorf("missing sslrootcert: %v", err)

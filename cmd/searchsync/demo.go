@@ -36,7 +36,7 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout, e.logger)
 	if err != nil {
 		return err
 	}

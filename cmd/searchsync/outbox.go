@@ -383,7 +383,7 @@ func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Adm
 		}
 		admin = admin.WithIndexes(ix)
 	}
-	pool, err := openPool(ctx, e.cfg.Database, connectTimeout)
+	pool, err := openPool(ctx, e.cfg.Database, connectTimeout, e.logger)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -71,7 +71,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		}
 	}()
 
-	pool, err := openPool(ctx, cfg.Database, connectTimeout)
+	pool, err := openPool(ctx, cfg.Database, connectTimeout, logger)
 	if err != nil {
 		return err
 	}
