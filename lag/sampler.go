@@ -35,11 +35,24 @@ func NewSampler(r *Reader, cfg SamplerConfig, logger *slog.Logger) *Sampler {
 // maxDuty (5) times as long as the last read took when that is longer, so
 // that a large backlog never keeps the database busy with lag queries for
 // more than a fifth of the time.
+//
+// A failing sample is logged once (WARN) until one succeeds again (INFO),
+// not at every interval: a lost database would otherwise write a line
+// every few seconds beside the relay's own.
 func (s *Sampler) Run(ctx context.Context) {
+	failing := false
 	for {
 		start := time.Now()
-		if _, err := s.Sample(ctx); err != nil && ctx.Err() == nil {
-			s.logger.Warn("lag sample failed", "err", err)
+		_, err := s.Sample(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			s.logger.Warn("lag sample failed; retrying every interval (logged again when it recovers)", "err", err)
+			failing = true
+		case err != nil && ctx.Err() == nil:
+			s.logger.Debug("lag sample failed", "err", err)
+		case err == nil && failing:
+			s.logger.Info("lag sample recovered")
+			failing = false
 		}
 		wait := max(s.cfg.Interval, maxDuty*time.Since(start)) - time.Since(start)
 		select {

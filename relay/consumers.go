@@ -36,6 +36,9 @@ type consumers struct {
 	// read may be older than this relay's own change.
 	gen     []uint64
 	writing []int
+	// releaseFailing: the last release of consumer ci's held events failed
+	// (logged once, until one succeeds). The run goroutine only.
+	releaseFailing []bool
 }
 
 // pauseState is one consumer's pause as this relay knows it.
@@ -73,6 +76,7 @@ func newConsumers(r *Relay) *consumers {
 	c.noProbe = make([]bool, len(c.list))
 	c.gen = make([]uint64, len(c.list))
 	c.writing = make([]int, len(c.list))
+	c.releaseFailing = make([]bool, len(c.list))
 	c.kick = make(chan struct{}, 1)
 	return c
 }
@@ -195,11 +199,18 @@ func (c *consumers) releaseAll(ctx context.Context, ci int) {
 	for ctx.Err() == nil {
 		n, err := c.release(ctx, ci, releaseChunk)
 		if err != nil {
-			if ctx.Err() == nil {
-				c.r.cfg.Logger.Warn("relay: release events held for a paused consumer", "consumer", c.name(ci), "error", err)
+			switch {
+			case ctx.Err() != nil:
+			case !c.releaseFailing[ci]:
+				c.r.cfg.Logger.Warn("relay: release events held for a paused consumer (retried every second; not logged again until one works)",
+					"consumer", c.name(ci), "error", err)
+				c.releaseFailing[ci] = true
+			default:
+				c.r.cfg.Logger.Debug("relay: release events held for a paused consumer", "consumer", c.name(ci), "error", err)
 			}
 			return
 		}
+		c.releaseFailing[ci] = false
 		total += n
 		if n > 0 {
 			c.r.Wake()

@@ -60,6 +60,12 @@ type Relay struct {
 	// level is the batch size the next claim takes (an index of q.claims):
 	// it grows while claims come back full (see Config.MaxBatchSize).
 	level int
+	// noParts says the last batch found no lease to claim from (logged
+	// once). Worker goroutine only.
+	noParts bool
+	// claimOK says the last batch's claim went through (the database
+	// answered). Worker goroutine only.
+	claimOK bool
 	// dues are when the retries this relay scheduled fall due (local
 	// clock, not before the database's available_at); the worker wakes for
 	// the earliest instead of waiting for the next poll. At most maxDues are
@@ -169,16 +175,32 @@ func (r *Relay) horizon() int64 {
 
 // listen LISTENs on the outbox channel and wakes the worker on every
 // notification, reconnecting with backoff.
+//
+// A lost connection is logged once (WARN) and its return once (INFO); the
+// attempts in between only at debug level.
 func (r *Relay) listen(ctx context.Context) {
 	bo := newWaitBackoff()
 	channel := outbox.Channel(r.cfg.Schema)
+	lost := false
+	listening := func() {
+		bo.Reset()
+		if lost {
+			r.cfg.Logger.Info("relay: LISTEN connection back", "channel", channel)
+			lost = false
+		}
+	}
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, channel, bo)
+		err := r.listenOnce(ctx, channel, listening)
 		if ctx.Err() != nil {
 			return
 		}
 		d := bo.NextBackOff()
-		r.cfg.Logger.Warn("relay: LISTEN connection lost; polling meanwhile", "channel", channel, "error", err, "retry_in", d.Round(time.Millisecond))
+		if !lost {
+			r.cfg.Logger.Warn("relay: LISTEN connection lost; polling meanwhile (logged again when it is back)", "channel", channel, "error", err)
+			lost = true
+		} else {
+			r.cfg.Logger.Debug("relay: LISTEN still failing", "channel", channel, "error", err, "retry_in", d.Round(time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(d):
@@ -186,7 +208,7 @@ func (r *Relay) listen(ctx context.Context) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, channel string, bo backoff.BackOff) error {
+func (r *Relay) listenOnce(ctx context.Context, channel string, listening func()) error {
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -201,7 +223,7 @@ func (r *Relay) listenOnce(ctx context.Context, channel string, bo backoff.BackO
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
 	}
-	bo.Reset()
+	listening()
 	r.notified() // anything notified while we were not listening
 	for {
 		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
@@ -250,7 +272,10 @@ func (r *Relay) work(ctx context.Context) {
 			}
 			continue
 		}
-		if failing {
+		// Reachable again only once a claim went through: without leases
+		// (their heartbeat fails too) a batch claims nothing and returns no
+		// error while the database is still away.
+		if failing && r.claimOK {
 			r.cfg.Logger.Info("relay: database reachable again")
 			failing = false
 		}
@@ -485,6 +510,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		bs    BatchStats
 		size  int // of the claim that got evs
 	)
+	r.claimOK = false
 	pipelined := false
 	beside := false  // claimed beside batches in flight, leaving out x
 	var x *exclusion // what the claim left out (nil: nothing)
@@ -500,6 +526,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			// costs more than it gives, for a while.
 			r.skipBehind = 8
 		}
+		r.claimOK = p.err == nil
 		if p.err == nil && len(p.evs) > 0 {
 			c, evs, held, after, size, pipelined, x = p.c, p.evs, p.held, p.after, p.size, true, p.x
 			p.evs, p.after, p.x = nil, nil, nil
@@ -529,9 +556,14 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		}
 		c = r.leases.begin()
 		if len(c.parts) == 0 {
+			if !r.noParts {
+				r.cfg.Logger.Debug("relay: no partition lease to claim from (not claiming until one is held)")
+				r.noParts = true
+			}
 			r.syncInflight()
 			return false, nil
 		}
+		r.noParts = false
 		t0 := time.Now()
 		size = r.q.claims[r.level].size
 		r.reclaim = false
@@ -541,6 +573,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 			r.syncInflight()
 			return false, fmt.Errorf("relay: claim: %w", err)
 		}
+		r.claimOK = true
 		if !beside {
 			r.claimedAt(t0)
 		}
