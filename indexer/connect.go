@@ -3,9 +3,11 @@ package indexer
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -192,8 +194,33 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if ex := tlsconf.Explain(err, "engine.tls", t.tls); errors.As(ex, &he) {
 			return nil, &ConfigError{Key: "engine.tls", Err: he}
 		}
+		if req.URL.Scheme == "http" && req.Context().Err() == nil && speaksTLS(req.Context(), req.URL.Host, err) {
+			return nil, &ConfigError{Key: "engine.urls", Err: fmt.Errorf("%s answers with TLS, not plain HTTP: use https://%s (%w)", req.URL.Host, req.URL.Host, err)}
+		}
 	}
 	return res, err
+}
+
+// speaksTLS reports whether a plain-HTTP request's failure err comes from a
+// TLS port: the server closed the connection or answered with bytes that
+// are no HTTP (a TLS alert), and a TLS handshake with host succeeds (its
+// certificate is not checked: only whether it speaks TLS). Other failures
+// (refused, timeouts) are not looked into.
+func speaksTLS(ctx context.Context, host string, err error) bool {
+	msg := err.Error()
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !strings.Contains(msg, "malformed HTTP") &&
+		!strings.Contains(msg, "connection reset by peer") {
+		return false
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only asks whether the port speaks TLS; nothing is sent
+	conn, derr := d.DialContext(dctx, "tcp", host)
+	if derr != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // authHint says which setting to check when the engine answers 401.
