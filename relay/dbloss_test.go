@@ -15,7 +15,7 @@ import (
 )
 
 // TestLostDatabaseIsLoggedOnce takes the database away from a running relay
-// (a proxy in front of the real server cuts every connection and refuses
+// (a proxy in front of the real server cuts every connection and closes
 // new ones) for several of its poll and heartbeat intervals: the relay says
 // once that it waits, says "reachable again" only after the database is
 // back (not while it is still away), and delivers what was written
@@ -52,7 +52,7 @@ func TestLostDatabaseIsLoggedOnce(t *testing.T) {
 	first := write(t, db, event(&agg, "entity.customer.updated", "DDM_ENTITY", 1))[0]
 	testenv.Eventually(t, 30*time.Second, func() bool { return rc.delivered(first) }, "first event delivered")
 
-	px.Down()
+	px.Cut()
 	mark := len(log.text()) // what the relay logs from here on
 	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.text(), "database unavailable") },
 		"the relay says the database is away")

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,43 +17,36 @@ import (
 // once, in the order they are found, beats holding them back for an
 // operator.
 //
-// A claim holds, per aggregate, an unbroken run of its events from the
-// head in id order, so when the event after a run's last one was delivered,
-// so was it after every event of the run.
+// The claim says, per event, whether the aggregate's next event was
+// delivered (claimed.overtaken). Every event of the aggregate in the batch
+// before such an event came after that delivered one too: events 99 and
+// 100 that commit late behind a delivered 101 are both found, though only
+// 100's next event is 101. So each aggregate's events are walked from the
+// last, carrying the nearest later delivered id.
 func (r *Relay) overtaken(evs []claimed, x *exclusion) int {
-	type run struct{ first, last int } // indexes in evs
-	var runs map[[16]byte]*run
+	var byAgg map[[16]byte][]int // indexes in evs, in id order
 	for i := range evs {
-		e := &evs[i].ev
-		if e.AggregateID == nil {
-			continue
+		if e := &evs[i].ev; e.AggregateID != nil {
+			if byAgg == nil {
+				byAgg = make(map[[16]byte][]int)
+			}
+			byAgg[*e.AggregateID] = append(byAgg[*e.AggregateID], i)
 		}
-		if runs == nil {
-			runs = make(map[[16]byte]*run)
-		}
-		rn := runs[*e.AggregateID]
-		if rn == nil {
-			rn = &run{first: i}
-			runs[*e.AggregateID] = rn
-		}
-		rn.last = i
 	}
 	var found []overtakenRow
-	for agg, rn := range runs {
-		last := &evs[rn.last]
-		later := last.overtaken
-		if l, ok := x.laterOf(agg); ok && l > last.ev.ID && (later == 0 || l < later) {
-			later = l
-		}
-		if later == 0 {
-			continue
-		}
-		for i := rn.first; i <= rn.last; i++ {
-			if e := &evs[i].ev; e.AggregateID != nil && *e.AggregateID == agg {
-				found = append(found, overtakenRow{id: e.ID, aggType: e.AggregateType, agg: agg, later: later})
+	for agg, idx := range byAgg {
+		later, _ := x.laterOf(agg)
+		for k := len(idx) - 1; k >= 0; k-- {
+			ce := &evs[idx[k]]
+			if o := ce.overtaken; o > 0 && (later <= ce.ev.ID || o < later) {
+				later = o
+			}
+			if later > ce.ev.ID {
+				found = append(found, overtakenRow{id: ce.ev.ID, aggType: ce.ev.AggregateType, agg: agg, later: later})
 			}
 		}
 	}
+	slices.SortFunc(found, func(a, b overtakenRow) int { return cmp.Compare(a.id, b.id) })
 	if len(found) == 0 {
 		return 0
 	}

@@ -158,9 +158,8 @@ LIMIT {batch}`
 // already delivered (dispatched, or failed after its attempts), 0 when it is
 // pending, NULL when there is none or it was not looked up: an event
 // committed after a later event of its aggregate was delivered (a producer
-// that skipped the aggregate lock). A claim holds an unbroken run of each
-// aggregate from its head, so the last event of a run that came late finds
-// the delivered one; the relay counts the whole run (Relay.overtaken).
+// that skipped the aggregate lock). The relay also counts the events of
+// the aggregate claimed before such an event (Relay.overtaken).
 //
 // The look-up (one probe of ix_outbox_event_aggregate and a heap fetch,
 // about 6 µs of the server's CPU) runs only for events below {probe}'s

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/compaction"
+	"github.com/searchsync/searchsync/internal/config"
 )
 
 // CompactCmd runs the outbox_compact job once, now.
@@ -21,7 +22,7 @@ type CompactCmd struct {
 // deleted in batches and the run is recorded in aa_job. It fails when another
 // run holds the job.
 func (c *CompactCmd) Run(ctx context.Context, g *Globals) error {
-	e, pool, err := g.connect(ctx)
+	e, pool, err := g.connect(ctx, config.Secrets())
 	if err != nil {
 		return err
 	}

@@ -146,8 +146,8 @@ func connParam(conn, key string) string {
 // connect loads the configuration and opens the database pool: what every
 // command that reads or changes the outbox starts with. The caller closes
 // the pool.
-func (g *Globals) connect(ctx context.Context) (*env, *pgxpool.Pool, error) {
-	e, err := g.load(ctx)
+func (g *Globals) connect(ctx context.Context, opts ...config.Option) (*env, *pgxpool.Pool, error) {
+	e, err := g.load(ctx, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -161,7 +161,7 @@ func (g *Globals) connect(ctx context.Context) (*env, *pgxpool.Pool, error) {
 // connectEngine is connect plus a client of the configured search engine;
 // closeAll releases both.
 func (g *Globals) connectEngine(ctx context.Context) (e *env, pool *pgxpool.Pool, eng indexer.Engine, closeAll func(), err error) {
-	e, pool, err = g.connect(ctx)
+	e, pool, err = g.connect(ctx, config.Secrets(config.SecretsEngine))
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

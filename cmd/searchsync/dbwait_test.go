@@ -15,7 +15,7 @@ import (
 )
 
 // TestRunWaitsForTheDatabaseAtStartUp starts a relay while PostgreSQL is
-// unreachable (a proxy in front of the real server refuses connections): it
+// unreachable (a proxy in front of the real server closes every connection): it
 // says once that it waits, comes up as soon as the database answers within
 // --connect-timeout, and serves /readyz. With a wrong password it fails at
 // once instead of waiting.
@@ -27,7 +27,7 @@ func TestRunWaitsForTheDatabaseAtStartUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	px := testenv.NewTCPProxy(t, u.Host)
-	px.Down()
+	px.Cut()
 	viaProxy := *u
 	viaProxy.Host = px.Addr
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
 )
 
@@ -21,7 +22,7 @@ type MigrateUpCmd struct{}
 
 // Run applies the migrations.
 func (c *MigrateUpCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
+	e, err := g.load(ctx, config.Secrets())
 	if err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ type MigrateStatusCmd struct {
 
 // Run prints the status.
 func (c *MigrateStatusCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
+	e, err := g.load(ctx, config.Secrets())
 	if err != nil {
 		return err
 	}

@@ -371,7 +371,7 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 // configured consumers and routes (for --consumer and the per-consumer
 // status) and, with indexes, the projections' indexes (for --index).
 func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Admin, poolCloser, error) {
-	e, err := g.load(ctx)
+	e, err := g.load(ctx, config.Secrets())
 	if err != nil {
 		return nil, nil, nil, err
 	}

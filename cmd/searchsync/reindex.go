@@ -288,7 +288,7 @@ type ReindexStatusCmd struct {
 
 // Run lists reindex jobs.
 func (c *ReindexStatusCmd) Run(ctx context.Context, g *Globals) error {
-	_, pool, err := g.connect(ctx)
+	_, pool, err := g.connect(ctx, config.Secrets())
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ type SearchCmd struct {
 
 // Run searches.
 func (c *SearchCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx, config.NoDatabase())
+	e, err := g.load(ctx, config.NoDatabase(), config.Secrets(config.SecretsEngine))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/lag"
 )
 
@@ -23,7 +24,7 @@ type StatusCmd struct {
 
 // Run prints the status.
 func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
-	e, pool, err := g.connect(ctx)
+	e, pool, err := g.connect(ctx, config.Secrets(config.SecretsEngine))
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,52 @@ type Config struct {
 	ast keyLines
 	// noDatabase lets database.url be missing (NoDatabase).
 	noDatabase bool
+	// secrets are the groups of secrets Load reads (Secrets); nil: all.
+	secrets map[SecretGroup]bool
+}
+
+// SecretGroup is a group of secrets of the configuration that a command
+// reads only when it needs them (Secrets).
+type SecretGroup int
+
+const (
+	// SecretsEngine: engine.password, engine.api_key, engine.bearer_token.
+	SecretsEngine SecretGroup = iota + 1
+	// SecretsConsumers: the webhook secrets and NATS passwords and tokens.
+	SecretsConsumers
+	// SecretsOperator: http.operator_token.
+	SecretsOperator
+)
+
+// Secrets makes Load read only the secrets of groups (none without
+// arguments): of the others it checks only that each names a source
+// (env:NAME, file:PATH), not that the variable is set or the file readable,
+// so that a command that does not use them runs without them. Without this
+// option Load reads every secret.
+func Secrets(groups ...SecretGroup) Option {
+	return func(c *Config) {
+		c.secrets = map[SecretGroup]bool{}
+		for _, g := range groups {
+			c.secrets[g] = true
+		}
+	}
+}
+
+// reads reports whether Load reads the secrets of g.
+func (c *Config) reads(g SecretGroup) bool { return c.secrets == nil || c.secrets[g] }
+
+// checkSecret checks the secret r of key: resolved when Load reads group g,
+// else only its source named.
+func (c *Config) checkSecret(v *validator, g SecretGroup, key string, r secret.Ref) {
+	var err error
+	if c.reads(g) {
+		err = r.Check(key)
+	} else {
+		err = r.CheckSource(key)
+	}
+	if err != nil {
+		v.add(key, reasonOf(err))
+	}
 }
 
 // Option changes what Load requires.
@@ -510,9 +556,7 @@ func (c *Config) Validate() error {
 	if c.HTTP.HistoryRetention > 0 && c.HTTP.HistoryRetention < c.HTTP.HistoryInterval {
 		v.add("http.history_retention", "must not be below http.history_interval")
 	}
-	if err := c.HTTP.OperatorToken.Check("http.operator_token"); err != nil {
-		v.add("http.operator_token", reasonOf(err))
-	}
+	c.checkSecret(v, SecretsOperator, "http.operator_token", c.HTTP.OperatorToken)
 	if c.HTTP.Pprof && c.HTTP.OperatorToken == "" {
 		v.add("http.pprof", "needs http.operator_token: the profiles are served only to requests that carry it")
 	}
@@ -546,6 +590,8 @@ func (c *Config) Validate() error {
 			v.httpURL(key+".webhook.url", cons.Webhook.URL)
 			if cons.Webhook.Secret == "" {
 				v.add(key+".webhook.secret", "is required")
+			} else if !c.reads(SecretsConsumers) {
+				c.checkSecret(v, SecretsConsumers, key+".webhook.secret", secret.Ref(cons.Webhook.Secret))
 			} else if val, err := secret.Ref(cons.Webhook.Secret).Resolve(key + ".webhook.secret"); err != nil {
 				v.add(key+".webhook.secret", reasonOf(err))
 			} else if enc, ok := strings.CutPrefix(val.Reveal(), "whsec_"); ok {
@@ -585,7 +631,7 @@ func (c *Config) Validate() error {
 			default:
 				v.add(key+".nats.retention", fmt.Sprintf("%q is not one of limits, interest, workqueue", cons.Nats.Retention))
 			}
-			v.natsAuth(key+".nats", *cons.Nats)
+			v.natsAuth(c, key+".nats", *cons.Nats)
 		case "search":
 			if cons.Search == nil || len(cons.Search.Indexes) == 0 {
 				v.add(key+".search.indexes", "names at least one index")

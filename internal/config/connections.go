@@ -31,8 +31,9 @@ func (v *validator) tls(key string, c tlsconf.Config) {
 
 // natsAuth checks a NATS consumer's credentials (key is consumers[i].nats):
 // one method at most, both halves of username/password, secrets that
-// resolve, files that hold what they should, and the tls block.
-func (v *validator) natsAuth(key string, n Nats) {
+// resolve (when the command reads them, see Secrets), files that hold what
+// they should, and the tls block.
+func (v *validator) natsAuth(c *Config, key string, n Nats) {
 	methods := n.authMethods()
 	if u, err := url.Parse(n.URL); err == nil && u.User != nil {
 		v.add(key+".url", "must not hold credentials: set nats.username and nats.password, or nats.token")
@@ -46,12 +47,8 @@ func (v *validator) natsAuth(key string, n Nats) {
 	case n.Username == "" && n.Password != "":
 		v.add(key+".username", "is required with nats.password")
 	}
-	if err := n.Password.Check(key + ".password"); err != nil {
-		v.add(key+".password", reasonOf(err))
-	}
-	if err := n.Token.Check(key + ".token"); err != nil {
-		v.add(key+".token", reasonOf(err))
-	}
+	c.checkSecret(v, SecretsConsumers, key+".password", n.Password)
+	c.checkSecret(v, SecretsConsumers, key+".token", n.Token)
 	if n.CredsFile != "" {
 		if err := checkCreds(n.CredsFile); err != nil {
 			v.add(key+".creds_file", err.Error())

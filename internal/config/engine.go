@@ -267,11 +267,11 @@ func (c *Config) validateEngine(v *validator) {
 		key string
 		ref secret.Ref
 	}{{"engine.password", e.Password}, {"engine.bearer_token", e.BearerToken}} {
-		if err := s.ref.Check(s.key); err != nil {
-			v.add(s.key, reasonOf(err))
-		}
+		c.checkSecret(v, SecretsEngine, s.key, s.ref)
 	}
-	if e.APIKey != "" {
+	if e.APIKey != "" && !c.reads(SecretsEngine) {
+		c.checkSecret(v, SecretsEngine, "engine.api_key", e.APIKey)
+	} else if e.APIKey != "" {
 		if val, err := e.APIKey.Resolve("engine.api_key"); err != nil {
 			v.add("engine.api_key", reasonOf(err))
 		} else if _, err := EncodeAPIKey(val); err != nil {

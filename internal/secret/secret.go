@@ -74,6 +74,19 @@ func (r Ref) Resolve(key string) (Value, error) {
 	return Value{s}, nil
 }
 
+// CheckSource checks that r names where the secret is (an "env:" with a
+// variable's name, a "file:" with a path) without reading it: for a
+// configuration whose secret the command at hand does not use.
+func (r Ref) CheckSource(key string) error {
+	switch s := string(r); s {
+	case "env:":
+		return &Error{Key: key, Reason: `"env:" names no environment variable`}
+	case "file:":
+		return &Error{Key: key, Reason: `"file:" names no file`}
+	}
+	return nil
+}
+
 // Check resolves r and drops the value: for validation.
 func (r Ref) Check(key string) error {
 	_, err := r.Resolve(key)

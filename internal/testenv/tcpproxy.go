@@ -19,28 +19,51 @@ type TCPProxy struct {
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]bool
+	cut   bool // Cut: accepted connections are closed at once
 }
 
 // NewTCPProxy starts a proxy to target (host:port); it is closed at cleanup.
+//
+// Its port is chosen anew while the first listen finds it taken: FreeAddr's
+// port may be bound by another process between its check and the listen
+// (another test's proxy, down for a while, coming back up on it).
 func NewTCPProxy(t testing.TB, target string) *TCPProxy {
 	t.Helper()
-	p := &TCPProxy{t: t, Addr: FreeAddr(t), target: target, conns: map[net.Conn]bool{}}
-	p.Up()
+	p := &TCPProxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	var err error
+	for range 10 {
+		p.Addr = FreeAddr(t)
+		if err = p.listen(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("testenv: proxy listen %s: %v", p.Addr, err)
+	}
 	t.Cleanup(p.Down)
 	return p
 }
 
-// Up listens again (after Down).
+// Up listens again (after Down), or forwards again (after Cut).
 func (p *TCPProxy) Up() {
 	p.t.Helper()
+	if err := p.listen(); err != nil {
+		p.t.Fatalf("testenv: proxy listen %s: %v", p.Addr, err)
+	}
+}
+
+// listen starts accepting on Addr (nothing when it already does) and
+// forwarding again after Cut.
+func (p *TCPProxy) listen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.cut = false
 	if p.ln != nil {
-		return
+		return nil
 	}
 	ln, err := net.Listen("tcp", p.Addr)
 	if err != nil {
-		p.t.Fatalf("testenv: proxy listen %s: %v", p.Addr, err)
+		return err
 	}
 	p.ln = ln
 	go func() {
@@ -52,6 +75,7 @@ func (p *TCPProxy) Up() {
 			go p.pipe(c)
 		}
 	}()
+	return nil
 }
 
 // Down stops listening and cuts every open connection.
@@ -62,6 +86,21 @@ func (p *TCPProxy) Down() {
 		p.ln.Close()
 		p.ln = nil
 	}
+	p.cutLocked()
+}
+
+// Cut makes the server unreachable while the proxy keeps its port: open
+// connections are cut, new ones closed as soon as they are accepted (the
+// client reads EOF, where Down gives "connection refused"), until Up. A
+// port kept cannot be taken by another test meanwhile, which Down's can.
+func (p *TCPProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	p.cutLocked()
+}
+
+func (p *TCPProxy) cutLocked() {
 	for c := range p.conns {
 		c.Close()
 	}
@@ -69,13 +108,20 @@ func (p *TCPProxy) Down() {
 }
 
 func (p *TCPProxy) pipe(c net.Conn) {
+	p.mu.Lock()
+	cut := p.cut
+	p.mu.Unlock()
+	if cut {
+		c.Close()
+		return
+	}
 	u, err := net.Dial("tcp", p.target)
 	if err != nil {
 		c.Close()
 		return
 	}
 	p.mu.Lock()
-	if p.ln == nil {
+	if p.ln == nil || p.cut {
 		p.mu.Unlock()
 		c.Close()
 		u.Close()
