@@ -6,14 +6,30 @@
 # (scripts/elasticsearch.sh) and an nginx that demands an API key or a bearer
 # token in front of it (scripts/authproxy.sh). See docs/test-services.md.
 #
-#   scripts/services.sh start   # then: eval "$(scripts/services.sh env)"
-#   scripts/services.sh stop
-#   scripts/services.sh env     # prints the export lines the tests read
+#   scripts/services.sh start        # then: eval "$(scripts/services.sh env)"
+#   scripts/services.sh start core   # PostgreSQL, OpenSearch and NATS only (the demo's)
+#   scripts/services.sh stop [core]
+#   scripts/services.sh env          # prints the export lines the tests read
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-case "${1:-}" in
-  start)
+case "${1:-}:${2:-}" in
+  start:core)
+    mkdir -p "${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}"
+    if [[ "$(scripts/opensearch.sh status)" == down ]]; then scripts/opensearch.sh build; fi
+    scripts/opensearch.sh start >/dev/null & os=$!
+    rc=0
+    scripts/postgres.sh start || rc=1
+    scripts/nats.sh start || rc=1
+    wait "$os" || rc=1
+    exit "$rc"
+    ;;
+  stop:core)
+    scripts/opensearch.sh stop || true
+    scripts/nats.sh stop || true
+    scripts/postgres.sh stop || true
+    ;;
+  start:)
     # The three JVMs start in the background while PostgreSQL and NATS come
     # up; each script waits on its own health check with a deadline.
     mkdir -p "${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}"
@@ -34,7 +50,7 @@ case "${1:-}" in
     wait "$sec" || rc=1
     exit "$rc"
     ;;
-  stop)
+  stop:)
     scripts/authproxy.sh stop || true
     scripts/elasticsearch.sh stop || true
     scripts/opensearch-secure.sh stop || true
@@ -42,7 +58,7 @@ case "${1:-}" in
     scripts/nats.sh stop || true
     scripts/postgres.sh stop || true
     ;;
-  env)
+  env:)
     echo "export DATABASE_URL='$(scripts/postgres.sh url)'"
     scripts/postgres.sh tls-env
     echo "export SEARCHSYNC_ENGINE_URL='$(scripts/opensearch.sh url 2>/dev/null || echo http://127.0.0.1:9200)'"
@@ -51,5 +67,5 @@ case "${1:-}" in
     echo "export SEARCHSYNC_ES_URL='$(scripts/elasticsearch.sh url)'"
     scripts/authproxy.sh env
     ;;
-  *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+  *) echo "usage: $0 start [core] | stop [core] | env" >&2; exit 2 ;;
 esac

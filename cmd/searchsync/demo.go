@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/searchsync/searchsync/internal/loadgen"
@@ -57,12 +58,39 @@ func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
 		loadDone <- err
 	}()
 	err = runRelay(ctx, e, connectTimeout, runHooks{onServing: func(addr string) {
-		fmt.Fprintf(os.Stderr, "\n  searchsync demo: %d customer events/s (creates, partial updates, deletes, bursts of %d)\n"+
-			"  dashboard:  http://%s/\n  metrics:    http://%s/metrics\n  status:     searchsync status\n"+
-			"  search:     searchsync search customers 'Lovelace'\n  stop:       Ctrl-C\n\n", c.Rate, c.BurstSize, addr, addr)
+		fmt.Fprint(os.Stderr, demoBanner(c.Rate, c.BurstSize, addr, e.cfg.File()))
 	}})
 	if ctx.Err() != nil {
 		return nil // Ctrl-C is how the demo ends
 	}
 	return err
+}
+
+// demoBanner is what the demo prints once it serves: the addresses, and
+// commands that work when pasted into a new terminal (the binary as it was
+// started, with the configuration file; the services' environment first when
+// the demo runs from a checkout).
+func demoBanner(rate, burst int, addr, cfgFile string) string {
+	self := os.Args[0]
+	if !strings.ContainsRune(self, os.PathSeparator) {
+		self = "searchsync" // found on the PATH
+	}
+	cli := self
+	if cfgFile != "" {
+		cli += " -c " + cfgFile
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n  searchsync demo: %d customer events/s (creates, partial updates, deletes, bursts of %d)\n", rate, burst)
+	fmt.Fprintf(&b, "  dashboard:  http://%s/\n  metrics:    http://%s/metrics\n", addr, addr)
+	if _, err := os.Stat("scripts/services.sh"); err == nil {
+		wd, _ := os.Getwd()
+		fmt.Fprintf(&b, "  new shell:  cd %s && eval \"$(scripts/services.sh env)\"\n", wd)
+	}
+	fmt.Fprintf(&b, "  status:     %s status\n  search:     %s search customers 'Lovelace'\n", cli, cli)
+	fmt.Fprintf(&b, "  stop:       Ctrl-C")
+	if _, err := os.Stat("scripts/demo.sh"); err == nil {
+		fmt.Fprintf(&b, " (then scripts/demo.sh stop stops PostgreSQL, OpenSearch and NATS)")
+	}
+	b.WriteString("\n\n")
+	return b.String()
 }

@@ -66,6 +66,12 @@ func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 		return dispatched >= 300
 	}, "demo dispatched only %d events", dispatched)
 	testenv.Eventually(t, 20*time.Second, func() bool { return ready(addr) }, "demo relay ready (/readyz)")
+	// The banner's commands name the binary and the configuration file, so
+	// that they work pasted into another terminal.
+	banner, _ := os.ReadFile(logFile)
+	if want := "status:     " + binary + " -c " + cfgFile + " status"; !strings.Contains(string(banner), want) {
+		t.Errorf("the banner lacks %q:\n%s", want, banner)
+	}
 	out, stderr, code := runCLI(t, []string{"DATABASE_URL=" + db.URL, "SEARCHSYNC_SCHEMA=" + db.Schema, "SEARCHSYNC_ENGINE_URL=" + engineURL},
 		"-c", cfgFile, "search", "customers", "--size", "1")
 	if code != 0 || !contains(out, "documents match in customers") {

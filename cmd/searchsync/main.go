@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -41,6 +42,11 @@ var version = "dev"
 type Globals struct {
 	Config   string `short:"c" env:"SEARCHSYNC_CONFIG" help:"Configuration file (YAML)." type:"path"`
 	LogLevel string `env:"SEARCHSYNC_LOG_LEVEL" help:"Override log.level (debug, info, warn, error)."`
+	Verbose  bool   `short:"v" help:"Log at log.level in commands other than run and demo (they log warnings and errors only)."`
+
+	// interactive: the command is one an operator types (not run or
+	// demo): it logs at warn unless --verbose or --log-level.
+	interactive bool
 }
 
 // CLI is the command tree.
@@ -70,8 +76,11 @@ func (g *Globals) load(ctx context.Context, opts ...config.Option) (*env, error)
 	if err != nil {
 		return nil, err
 	}
-	if g.LogLevel != "" {
+	switch {
+	case g.LogLevel != "":
 		cfg.Log.Level = g.LogLevel
+	case g.interactive && !g.Verbose && (cfg.Log.Level == "debug" || cfg.Log.Level == "info"):
+		cfg.Log.Level = "warn"
 	}
 	logger, err := logging.New(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	if err != nil {
@@ -93,6 +102,8 @@ func main() {
 		kong.Vars{"version": version},
 		kong.BindTo(ctx, (*context.Context)(nil)),
 	)
+	cmd := k.Command()
+	cli.interactive = !strings.HasPrefix(cmd, "run") && !strings.HasPrefix(cmd, "demo")
 	k.Bind(&cli.Globals)
 	if err := k.Run(); err != nil {
 		if errors.Is(err, context.Canceled) {

@@ -35,10 +35,12 @@ func (c *MigrateUpCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// The answer is the command's output, not a log line (commands log
+	// warnings only, unless -v).
 	if len(applied) == 0 {
-		e.logger.Info("schema is up to date", "schema", e.cfg.Database.Schema, "version", m.Latest())
+		fmt.Printf("schema %s is up to date (version %d)\n", e.cfg.Database.Schema, m.Latest())
 	} else {
-		e.logger.Info("migrated", "schema", e.cfg.Database.Schema, "applied", applied, "version", m.Latest())
+		fmt.Printf("schema %s migrated to version %d (applied %v)\n", e.cfg.Database.Schema, m.Latest(), applied)
 	}
 	return nil
 }

@@ -12,7 +12,8 @@ import (
 // webhook secret and a NATS token from environment variables that are not
 // set: the commands that do not use them (migrate, status, outbox,
 // compact, reindex status, search) run; run, which uses them all, refuses
-// to start and names every missing one at once, never a value.
+// to start and names every missing one at once, never a value. The
+// commands log warnings and errors only, unless -v.
 func TestEachCommandReadsOnlyItsSecrets(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -36,6 +37,17 @@ routes:
 		if code != 0 || strings.Contains(stderr, "SEARCHSYNC_TEST_UNSET") {
 			t.Errorf("%s: exit %d, wants a secret it does not use:\n%s", strings.Join(args, " "), code, stderr)
 		}
+		// An operator's command logs warnings and errors only.
+		if strings.Contains(stderr, `"level":"INFO"`) {
+			t.Errorf("%s logs at info without -v:\n%s", strings.Join(args, " "), stderr)
+		}
+	}
+	out, _, _ := runCLI(t, env, "-c", cfg, "migrate", "up")
+	if want := "schema " + db.Schema + " is up to date"; !strings.Contains(out, want) {
+		t.Errorf("migrate up printed %q, want %q", out, want)
+	}
+	if _, stderr, _ := runCLI(t, env, "-c", cfg, "-v", "compact"); !strings.Contains(stderr, `"level":"INFO","msg":"compaction: done"`) {
+		t.Errorf("compact -v does not log at info:\n%s", stderr)
 	}
 	_, stderr, code := runCLI(t, env, "-c", cfg, "run")
 	if code == 0 {
