@@ -46,7 +46,8 @@ var (
 )
 
 // privilegeFor names the index privilege (Elasticsearch) or action group
-// (OpenSearch security plugin) that grants an action searchsync uses.
+// (OpenSearch security plugin) that grants an action searchsync uses, ""
+// for another action.
 func privilegeFor(kind, action string) string {
 	os := kind == "opensearch"
 	switch {
@@ -68,8 +69,10 @@ func privilegeFor(kind, action string) string {
 		return pick(os, "delete_index", "delete_index")
 	case strings.HasPrefix(action, "cluster:monitor/state"):
 		return pick(os, "cluster_monitor", "monitor")
+	case strings.HasPrefix(action, "indices:monitor/stats"):
+		return pick(os, "indices_monitor (or indices:monitor/stats)", "monitor")
 	}
-	return "one that grants " + action
+	return ""
 }
 
 func pick(opensearch bool, os, es string) string {
@@ -91,7 +94,10 @@ func forbiddenHint(kind, reason string) string {
 	if action == "" {
 		return "the engine user lacks a privilege for this request: check its roles"
 	}
-	h := fmt.Sprintf("user %s lacks the privilege %s (action %s)", user, privilegeFor(kind, action), action)
+	h := fmt.Sprintf("user %s lacks a privilege that grants the action %s", user, action)
+	if p := privilegeFor(kind, action); p != "" {
+		h = fmt.Sprintf("user %s lacks the privilege %s (action %s)", user, p, action)
+	}
 	if m := esOn.FindStringSubmatch(reason); m != nil {
 		h += " on " + m[1]
 	}

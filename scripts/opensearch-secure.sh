@@ -247,6 +247,7 @@ searchsync_writer:
         - "indices:monitor/settings/get"
         - "indices:admin/refresh*"
         - "indices:monitor/health"
+        - "indices:monitor/stats"
         - "indices:data/write/index"
         - "indices:data/write/delete"
         - "indices:data/write/update"

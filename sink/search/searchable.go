@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -44,6 +45,9 @@ type Searchable struct {
 
 	mu      sync.Mutex
 	indexes map[string]*refreshWatch
+	// disabled is why the measurement stopped (the engine refused the
+	// refresh stats: a missing monitor privilege); "" while it runs.
+	disabled string
 }
 
 // refreshWatch is what Searchable knows of one index.
@@ -89,6 +93,9 @@ func (s *Searchable) Written(index string, committed []time.Time) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.disabled != "" {
+		return
+	}
 	w := s.indexes[index]
 	if w == nil {
 		w = &refreshWatch{refreshed: map[string]time.Time{}}
@@ -130,6 +137,12 @@ func (s *Searchable) Poll(ctx context.Context) {
 	for _, name := range names {
 		sent := time.Now()
 		counts, err := s.adm.Refreshes(ctx, name)
+		if ee, ok := indexer.AsEngineError(err); ok && (ee.Status == http.StatusForbidden || ee.Status == http.StatusUnauthorized) {
+			// Refused, not failed: asking again four times a second
+			// changes nothing. The measurement stops, once, loudly.
+			s.disable(name, err)
+			return
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				s.cfg.Logger.Debug("search: refresh stats", "index", name, "err", err)
@@ -138,6 +151,29 @@ func (s *Searchable) Poll(ctx context.Context) {
 		}
 		s.polled(name, counts, sent, time.Now())
 	}
+}
+
+// disable stops the measurement after the engine refused the refresh
+// stats of index, with one WARN that names the privilege to grant.
+func (s *Searchable) disable(index string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.disabled != "" {
+		return
+	}
+	s.disabled = "the engine refused the refresh stats of " + index + ": " + err.Error()
+	clear(s.indexes)
+	s.cfg.Logger.Warn("search: commit → searchable latency is not measured (searchsync_searchable_latency_seconds stays empty): "+
+		"the engine user may not read index stats; grant indices:monitor/stats (OpenSearch: the action group indices_monitor; "+
+		"Elasticsearch: the index privilege monitor) on the indexes to measure it (docs/engine-connection.md)",
+		"index", index, "error", err)
+}
+
+// Disabled is why the measurement stopped ("" while it runs).
+func (s *Searchable) Disabled() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.disabled
 }
 
 // polled takes the counts of one poll of index, sent at sent and answered

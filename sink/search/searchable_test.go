@@ -1,6 +1,8 @@
 package search_test
 
 import (
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -8,6 +10,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/internal/secret"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/internal/tlsconf"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
@@ -76,4 +83,77 @@ func TestSearchableWaitsForARefresh(t *testing.T) {
 			t.Errorf("event %d: %.3fs from commit to searchable, before the refresh came (%.3fs after its commit)", i, sec, refreshed.Sub(committed).Seconds())
 		}
 	}
+}
+
+// TestSearchableWithTheLeastPrivilegeRole: with the documented writer role
+// of the secured node (which grants indices:monitor/stats) the commit →
+// searchable latency is measured; a user that may not read index stats (the
+// read-only one) stops the measurement with one WARN that names the
+// privilege, instead of being refused four times a second for ever.
+func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
+	sec := testenv.Secure(t)
+	b := setupOn(t, config.Engine{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
+		Username: sec.WriterUser, Password: secret.Ref(sec.WriterPassword)}, noRefresh)
+	var mu sync.Mutex
+	var seen int
+	s, err := search.NewSearchable(search.SearchableConfig{Engine: b.eng, Observe: func(string, float64) { mu.Lock(); seen++; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := b.consumer(func(c *search.Config) { c.Searchable = s })
+	if out := cons.Deliver(b.ctx, b.produce(customer.Created(ch(uuid.New(), 1, map[string]any{"status": "draft"})))); out[0].Kind != sink.OK {
+		t.Fatalf("deliver: %+v", out)
+	}
+	s.Poll(b.ctx) // the counts before the refresh
+	if err := b.eng.Refresh(b.ctx, b.alias); err != nil {
+		t.Fatal(err)
+	}
+	s.Poll(b.ctx)
+	if mu.Lock(); seen != 1 || s.Disabled() != "" {
+		t.Errorf("writer role: %d observed, disabled %q; want the event measured", seen, s.Disabled())
+	}
+	mu.Unlock()
+
+	// The read-only user: refused.
+	reader, err := indexer.New(config.Engine{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
+		Username: sec.ReadOnlyUser, Password: secret.Ref(sec.ReadOnlyPassword)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { indexer.Close(reader) })
+	var log syncLog
+	rs, err := search.NewSearchable(search.SearchableConfig{Engine: reader, Observe: func(string, float64) {},
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Written(b.alias, []time.Time{time.Now()})
+	for range 3 {
+		rs.Poll(b.ctx)
+	}
+	text := log.String()
+	if rs.Disabled() == "" || strings.Count(text, "level=WARN") != 1 || !strings.Contains(text, "grant indices:monitor/stats") {
+		t.Errorf("read-only user: disabled %q; log:\n%s", rs.Disabled(), text)
+	}
+	if rs.Written(b.alias, []time.Time{time.Now()}); rs.Waiting(b.alias) != 0 {
+		t.Errorf("writes still kept after the measurement stopped")
+	}
+}
+
+// syncLog is a log destination safe for the writers of a test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
