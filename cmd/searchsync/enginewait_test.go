@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -24,7 +25,8 @@ import (
 
 // TestRunWaitsForAnUnreachableEngine: `searchsync run` with a search consumer
 // whose engine does not answer at start-up waits with backoff (it neither
-// exits nor marks anything failed) and delivers once the engine answers.
+// exits nor marks anything failed), answers /healthz and says on /readyz
+// and /api/state what it waits for, and delivers once the engine answers.
 func TestRunWaitsForAnUnreachableEngine(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -78,6 +80,26 @@ routes:
 	case err := <-exited:
 		t.Fatalf("relay exited while the engine was unreachable: %v", err)
 	default:
+	}
+	// Meanwhile the HTTP side answers: alive, not ready, and why.
+	get := func(path string) (int, string) {
+		t.Helper()
+		res, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s while waiting for the engine: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while waiting: %d %s", code, body)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the search engine at http://"+engineAddr) {
+		t.Errorf("/readyz while waiting: %d %s", code, body)
+	}
+	if code, body := get("/api/state"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"error":"starting: waiting for the search engine`) {
+		t.Errorf("/api/state while waiting: %d %s", code, body)
 	}
 	var failed int
 	db.Pool.QueryRow(ctx, `SELECT count(*) FROM aa_outbox_event WHERE status <> 'pending'`).Scan(&failed)

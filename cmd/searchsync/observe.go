@@ -37,6 +37,8 @@ type observer struct {
 	reindex *dashboard.Reindex
 	// pprof serves /debug/pprof/ (http.pprof); nil when off.
 	pprof http.Handler
+	// startup is run's HTTP side while it starts (what it waits for).
+	startup *startup
 	// searchables measure commit → searchable, one per search consumer.
 	searchables []*search.Searchable
 }

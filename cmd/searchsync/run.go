@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,11 +71,25 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		}
 	}()
 
+	// Health, readiness and the console's address answer from the start:
+	// while run waits for PostgreSQL or an engine, /readyz says which.
+	up, err := listenEarly(cfg.HTTP.Listen)
+	if err != nil {
+		return err
+	}
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			up.shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	up.waiting("waiting for PostgreSQL")
 	pool, err := openPool(ctx, cfg.Database, connectTimeout, logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close() // last: after every actor returned
+	up.waiting("checking the schema")
 	if err := checkSchema(ctx, cfg.Database, logger); err != nil {
 		return err
 	}
@@ -84,6 +98,8 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	if err := obs.newEvents(cfg, pool, logger); err != nil {
 		return err
 	}
+	up.waiting("connecting the consumers")
+	obs.startup = up
 	consumers, err := buildConsumers(ctx, cfg, pool, obs, logger)
 	defer func() {
 		for _, cons := range consumers {
@@ -132,12 +148,9 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 			actor{name: "reindex janitor", run: newJanitor(pool, drift.eng, logger).run})
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
 	var draining atomic.Bool
-	srv := &http.Server{Handler: obs.handler(healthHandler(pool, r, &draining), pool, cfg.Database.Schema, r, logger), ReadHeaderTimeout: 5 * time.Second}
+	up.serve(obs.handler(healthHandler(pool, r, &draining), pool, cfg.Database.Schema, r, logger))
+	handedOver = true
 
 	// Started in the order they are stopped: the relay first (stop claiming,
 	// finish or hand back the batches in flight, release the leases), then
@@ -147,10 +160,10 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	defer sup.stop() // idempotent; stops what started should a step below fail
 	sup.start(ctx, "relay", actor{name: "relay", run: r.Run})
 	sup.start(ctx, "background jobs", background...)
-	sup.start(ctx, "http server", actor{name: "http server", run: func(ctx context.Context) error { return serveHTTP(ctx, srv, ln) }})
-	logger.Info("http: serving the dashboard, /metrics, /healthz and /readyz", "url", "http://"+ln.Addr().String()+"/")
+	sup.start(ctx, "http server", actor{name: "http server", run: up.run})
+	logger.Info("http: serving the dashboard, /metrics, /healthz and /readyz", "url", "http://"+up.addr()+"/")
 	if hooks.onServing != nil {
-		hooks.onServing(ln.Addr().String())
+		hooks.onServing(up.addr())
 	}
 
 	running = true
@@ -162,28 +175,6 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		hooks.onStopped(sup.running())
 	}
 	return runErr
-}
-
-// serveHTTP serves until ctx is done, then shuts the server down (waiting at
-// most 5s for the requests in progress).
-func serveHTTP(ctx context.Context, srv *http.Server, ln net.Listener) error {
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(shutCtx)
-	if err != nil {
-		err = errors.Join(err, srv.Close())
-	}
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
 }
 
 // builtinExamples are the examples indexes.examples may name.
@@ -276,6 +267,9 @@ func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consum
 		}
 		wait := bo.NextBackOff()
 		logger.Warn("search engine unavailable at start-up; waiting", "consumer", cc.Name, "urls", cfg.Engine.URLs, "retry_in", wait, "err", err)
+		if obs.startup != nil {
+			obs.startup.waiting(fmt.Sprintf("waiting for the search engine at %s (consumer %s: %s)", strings.Join(cfg.Engine.URLs, ", "), cc.Name, err))
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
