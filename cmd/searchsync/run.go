@@ -80,7 +80,9 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	handedOver := false
 	defer func() {
 		if !handedOver {
-			up.shutdown(context.WithoutCancel(ctx))
+			if serr := up.shutdown(context.WithoutCancel(ctx)); serr != nil {
+				logger.Debug("http: stop the start-up listener", "error", serr)
+			}
 		}
 	}()
 	up.waiting("waiting for PostgreSQL")

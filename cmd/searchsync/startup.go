@@ -70,7 +70,7 @@ func (s *startup) serveStarting(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, "/api/"):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]string{"error": "starting: " + state})
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "starting: " + state}) // the client went away: nothing to do
 	default:
 		http.Error(w, "searchsync is starting: "+state, http.StatusServiceUnavailable)
 	}
