@@ -236,7 +236,8 @@ func authHint(cfg config.Engine) string {
 		return "the engine refused the SigV4 signature: check engine.aws.region, engine.aws.service and the credentials of the chain"
 	}
 	if cfg.TLS.CertFile != "" {
-		return "the engine did not accept the client certificate of engine.tls.cert_file as a user: check its role mapping"
+		return "the engine did not take the client certificate of engine.tls.cert_file for a user: its issuer must be a CA the engine " +
+			"trusts for client certificates (OpenSearch: the node's HTTP truststore), and its subject must map to a user with a role"
 	}
 	return "the engine wants credentials: set engine.username and engine.password, engine.api_key, engine.bearer_token or engine.aws"
 }

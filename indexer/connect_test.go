@@ -162,6 +162,16 @@ func TestSecureTLS(t *testing.T) {
 	if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, cert, alias) }); err != nil {
 		t.Errorf("client certificate: %v", err)
 	}
+	// A client certificate of a CA the node does not trust for clients:
+	// refused (401, an answer without an error object) with a hint at the
+	// issuer, not only at the role mapping.
+	clientCA := testenv.NewCA(t, "not-the-node-ca")
+	otherCert, otherKey := clientCA.Client(t, "searchsync-client")
+	untrusted := engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"], CertFile: otherCert, KeyFile: otherKey}})
+	err := answered(ctx, untrusted.Ping)
+	if err == nil || !strings.Contains(err.Error(), "its issuer must be a CA the engine trusts") || strings.Contains(err.Error(), "401 :") {
+		t.Errorf("client certificate of an untrusted CA: %v", err)
+	}
 	// Skip-verify works, and says so.
 	skip := config.Engine{URLs: url, TLS: tlsconf.Config{InsecureSkipVerify: true}, Username: writer, Password: pw}
 	if err := answered(ctx, engineOf(t, skip).Ping); err != nil {

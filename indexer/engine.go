@@ -161,7 +161,16 @@ type EngineError struct {
 }
 
 func (e *EngineError) Error() string {
-	s := e.Op + ": " + strconv.Itoa(e.Status) + " " + e.Type + ": " + e.Reason
+	typ := e.Type
+	if typ == "" {
+		// An answer without an error object (a proxy's or the security
+		// plugin's plain "Unauthorized"): the status's text.
+		typ = http.StatusText(e.Status)
+	}
+	s := e.Op + ": " + strconv.Itoa(e.Status) + " " + typ
+	if e.Reason != "" && e.Reason != typ {
+		s += ": " + e.Reason
+	}
 	if e.Hint != "" {
 		s += " (" + e.Hint + ")"
 	}
