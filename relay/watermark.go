@@ -297,8 +297,10 @@ func (w *watermark) run(ctx context.Context) {
 		if advanced {
 			w.r.Wake()
 		}
+		// Every interval while an id waits; a failing database is asked
+		// again once per poll interval, not a hundred times a second.
 		next := cfg.PollInterval
-		if !w.h.oldest().IsZero() || err != nil {
+		if !w.h.oldest().IsZero() && err == nil {
 			next = cfg.Watermark.Interval
 		}
 		if !t.Stop() {
