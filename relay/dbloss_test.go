@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"log/slog"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -23,14 +22,8 @@ import (
 func TestLostDatabaseIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := testenv.NewTCPProxy(t, u.Host)
-	via := *u
-	via.Host = px.Addr
-	pool := testenv.Pool(t, via.String(), db.Schema)
+	px, via := db.ViaProxy(t)
+	pool := testenv.Pool(t, via, db.Schema)
 
 	rc := newReceiver(t)
 	log := &syncBuffer{}

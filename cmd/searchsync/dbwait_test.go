@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,14 +23,8 @@ import (
 func TestRunWaitsForTheDatabaseAtStartUp(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	u, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := testenv.NewTCPProxy(t, u.Host)
+	px, viaProxy := db.ViaProxy(t)
 	px.Cut()
-	viaProxy := *u
-	viaProxy.Host = px.Addr
 
 	addr := testenv.FreeAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -39,9 +34,9 @@ consumers:
   - {name: hook, type: webhook, webhook: {url: "http://127.0.0.1:9/", secret: whsec_c2VjcmV0}}
 routes:
   - {consumer: hook}
-`, viaProxy.String(), db.Schema, addr))
+`, viaProxy, db.Schema, addr))
 	logFile := filepath.Join(t.TempDir(), "relay.log")
-	exited := startNoWait(t, cfg, []string{"DATABASE_URL=", "SEARCHSYNC_LOG_FORMAT=json"}, logFile, "--connect-timeout", "2m")
+	_, exited := startProcess(t, cfg, []string{"DATABASE_URL=", "SEARCHSYNC_LOG_FORMAT=json"}, logFile, "--connect-timeout", "2m")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		b, _ := os.ReadFile(logFile)
 		return strings.Contains(string(b), "waiting for PostgreSQL")
@@ -60,6 +55,10 @@ routes:
 	}
 
 	// A refusal waiting cannot cure ends it at once.
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bad := *u
 	bad.User = url.UserPassword(u.User.Username(), "not-the-password")
 	cfgBad := writeConfig(t, fmt.Sprintf(`
@@ -79,10 +78,11 @@ routes:
 	}
 }
 
-// startNoWait starts `searchsync run` with env and args, logging to
-// logFile, without waiting for it to be ready; the channel is closed when
-// it exits. It is stopped (SIGTERM) when the test ends.
-func startNoWait(t *testing.T, cfgFile string, env []string, logFile string, args ...string) <-chan struct{} {
+// startProcess starts `searchsync run` with env and args, logging to
+// logFile, without waiting for it to be ready. stop (also run at cleanup,
+// which logs the relay's output when the test failed) sends SIGTERM and
+// waits; exited is closed when the process ends.
+func startProcess(t *testing.T, cfgFile string, env []string, logFile string, args ...string) (stop func(), exited <-chan struct{}) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"-c", cfgFile, "run"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -94,15 +94,16 @@ func startNoWait(t *testing.T, cfgFile string, env []string, logFile string, arg
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cmd.Process.Signal(syscall.SIGTERM); <-done }) }
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
+		stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(logFile)
 			t.Logf("relay log:\n%s", b)
 		}
 	})
-	return exited
+	return stop, done
 }

@@ -14,10 +14,8 @@ import (
 	"math/big"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -182,41 +180,8 @@ routes:
 // sends SIGTERM and waits.
 func startRelayEnv(t *testing.T, cfgFile, addr string, env []string, logFile string) func() {
 	t.Helper()
-	cmd := exec.Command(binary, "-c", cfgFile, "run")
-	cmd.Env = append(os.Environ(), env...)
-	logf, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		logf.Close()
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile)
-			t.Logf("relay log:\n%s", b)
-		}
-	})
-	testenv.Eventually(t, 60*time.Second, func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "relay never became ready")
+	stop, _ := startProcess(t, cfgFile, env, logFile)
+	testenv.Eventually(t, 60*time.Second, func() bool { return ready(addr) }, "relay never became ready")
 	return stop
 }
 

@@ -3,6 +3,7 @@ package testenv
 import (
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 )
@@ -133,4 +134,19 @@ func (p *TCPProxy) pipe(c net.Conn) {
 	go func() { _, _ = io.Copy(u, c); u.Close() }()
 	_, _ = io.Copy(c, u)
 	c.Close()
+}
+
+// ViaProxy is a proxy in front of db's server and db's URL through it: a
+// test takes the database away from searchsync (Cut, Down) without taking
+// it from the other tests.
+func (db *DB) ViaProxy(t testing.TB) (*TCPProxy, string) {
+	t.Helper()
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("testenv: database URL: %v", err)
+	}
+	px := NewTCPProxy(t, u.Host)
+	via := *u
+	via.Host = px.Addr
+	return px, via.String()
 }
