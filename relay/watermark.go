@@ -81,6 +81,8 @@ type horizon struct {
 	// ignore, when set, names transactions known to take no outbox id
 	// (this relay's acks): no sample waits for them.
 	ignore func(xid uint64) bool
+	// fresh: see firstAfterIdle.
+	fresh bool
 }
 
 // maxSamples bounds the samples kept while a long transaction holds them
@@ -104,14 +106,32 @@ func (h *horizon) add(s visSample) (advanced bool) {
 		}
 		prev.ready = true
 	}
-	if len(h.samples) > 0 || s.maxID > h.released.Load() {
+	idle := len(h.samples) == 0
+	if !idle || s.maxID > h.released.Load() {
 		h.samples = append(h.samples, s)
 	}
 	if len(h.samples) > maxSamples {
 		// Keep the oldest (what waits longest) and the newest.
 		h.samples = slices.Delete(h.samples, maxSamples/2, len(h.samples)-maxSamples/2)
 	}
-	return h.releaseLocked(s.snap)
+	advanced = h.releaseLocked(s.snap)
+	// Left alone, waiting only as the successor of samples now released,
+	// with nothing new to release itself: dropped, so that an idle outbox is
+	// not sampled every interval.
+	if n := len(h.samples); n == 1 && !h.samples[0].ready && h.samples[0].maxID <= h.released.Load() {
+		h.samples = h.samples[:0]
+	}
+	h.fresh = idle && len(h.samples) == 1
+	return advanced
+}
+
+// firstAfterIdle reports that the last sample was the first taken after
+// the outbox was idle (nothing waited): its successor, which releases it, is
+// taken at once rather than an interval later.
+func (h *horizon) firstAfterIdle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fresh
 }
 
 // releaseLocked releases, oldest first, the samples whose transactions have
@@ -217,6 +237,13 @@ type watermark struct {
 	forced        atomic.Int64 // times the relay gave up waiting (MaxWait)
 }
 
+// firstSuccessor is how soon the sample after the first one of a busy
+// spell is taken: late enough for a transaction that took its id just
+// before the first sample to have been given its transaction id (within
+// the same INSERT), early enough that an event on an idle outbox waits
+// a few milliseconds, not an interval.
+const firstSuccessor = 2 * time.Millisecond
+
 // lockCheckAfter is how long a sample waits before the relay asks which
 // of the transactions it waits for wrote to the outbox (and how often it
 // asks again while samples wait): reading pg_locks takes every partition of
@@ -300,7 +327,13 @@ func (w *watermark) run(ctx context.Context) {
 		// Every interval while an id waits; a failing database is asked
 		// again once per poll interval, not a hundred times a second.
 		next := cfg.PollInterval
-		if !w.h.oldest().IsZero() && err == nil {
+		switch {
+		case err != nil:
+		case w.h.firstAfterIdle():
+			// Events came to an idle outbox (a NOTIFY): the sample
+			// that releases them follows at once.
+			next = min(cfg.Watermark.Interval, firstSuccessor)
+		case !w.h.oldest().IsZero():
 			next = cfg.Watermark.Interval
 		}
 		if !t.Stop() {
