@@ -297,20 +297,40 @@ func (w *watermark) wait() time.Duration {
 }
 
 // run samples every Config.Watermark.Interval while a sample waits for
-// release, else when poked or every PollInterval, and wakes the relay when
-// the watermark advances.
+// release, else when poked (at most once per interval) or every
+// PollInterval, and wakes the relay when the watermark advances.
 func (w *watermark) run(ctx context.Context) {
 	cfg := w.r.cfg
 	t := time.NewTimer(0)
 	defer t.Stop()
+	reset := func(d time.Duration) {
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(d)
+	}
 	failing := false
+	var last, due time.Time // the last sample; when the timer fires
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.poked:
+			// A NOTIFY per commit under load: at most one sample per
+			// interval, the next one due at the latest then.
+			if next := last.Add(cfg.Watermark.Interval); time.Now().Before(next) {
+				if due.After(next) {
+					due = next
+					reset(time.Until(next))
+				}
+				continue
+			}
 		case <-t.C:
 		}
+		last = time.Now()
 		advanced, err := w.step(ctx)
 		if err != nil && ctx.Err() == nil {
 			// The worker reports a lost database; this only waits.
@@ -336,13 +356,8 @@ func (w *watermark) run(ctx context.Context) {
 		case !w.h.oldest().IsZero():
 			next = cfg.Watermark.Interval
 		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(next)
+		due = time.Now().Add(next)
+		reset(next)
 	}
 }
 
