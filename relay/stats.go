@@ -52,6 +52,8 @@ type Stats struct {
 	// transaction after Watermark.MaxWait.
 	WatermarkWait    time.Duration
 	WatermarkGiveUps uint64
+	// WatermarkSamples counts the snapshots the watermark read.
+	WatermarkSamples uint64
 	// Partitions is the number of partitions owned now.
 	Partitions int
 	// ClaimTime, DeliverTime, AckTime add up the time spent in each step.
@@ -85,12 +87,12 @@ func (c *counters) add(b BatchStats) {
 func (r *Relay) Stats() Stats {
 	c := &r.stats
 	var wait time.Duration
-	var giveUps uint64
+	var giveUps, samples uint64
 	if r.wm != nil {
-		wait, giveUps = r.wm.wait(), uint64(r.wm.forced.Load())
+		wait, giveUps, samples = r.wm.wait(), uint64(r.wm.forced.Load()), uint64(r.wm.samples.Load())
 	}
 	return Stats{
-		Overtaken: c.overtaken.Load(), WatermarkWait: wait, WatermarkGiveUps: giveUps,
+		Overtaken: c.overtaken.Load(), WatermarkWait: wait, WatermarkGiveUps: giveUps, WatermarkSamples: samples,
 		Claims: c.claims.Load(), Batches: c.batches.Load(), Claimed: c.claimed.Load(), Dispatched: c.dispatched.Load(),
 		Stale: c.stale.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		Skipped: c.skipped.Load(), Untouched: c.untouched.Load(), Fenced: c.fenced.Load(),

@@ -235,6 +235,7 @@ type watermark struct {
 
 	lastLockCheck time.Time
 	forced        atomic.Int64 // times the relay gave up waiting (MaxWait)
+	samples       atomic.Int64 // snapshots read
 }
 
 // firstSuccessor is how soon the sample after the first one of a busy
@@ -368,6 +369,7 @@ func (w *watermark) step(ctx context.Context) (advanced bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	w.samples.Add(1)
 	advanced = w.h.add(s)
 	oldest := w.h.oldest()
 	if oldest.IsZero() {

@@ -276,8 +276,8 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 			if !ackOnly {
 				writer = conss[i].Writer().Stats()
 			}
-			b.Logf("end to end, relay %d: %s; %d batches; claim %s, deliver %s, ack %s; writer %+v", i+1, cpu, st.Batches,
-				st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), writer)
+			b.Logf("end to end, relay %d: %s; %d batches, %d claims, %d watermark samples; claim %s, deliver %s, ack %s; writer %+v", i+1, cpu, st.Batches,
+				st.Claims, st.WatermarkSamples, st.ClaimTime.Round(time.Millisecond), st.DeliverTime.Round(time.Millisecond), st.AckTime.Round(time.Millisecond), writer)
 		}
 		b.Logf("end to end: %d batches claimed beside deliveries, %d under a quarter full; heap in use at most %.1f MiB above its start; %s",
 			pipelined.Load(), small.Load(), float64(peak)/(1<<20), bd.indexWork(bd.alias))
