@@ -231,3 +231,23 @@ func FreeAddr(t testing.TB) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// LogBuffer is a log destination that a process or logger writes to while
+// the test reads it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is what was written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

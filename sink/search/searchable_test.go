@@ -121,7 +121,7 @@ func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { indexer.Close(reader) })
-	var log syncLog
+	var log testenv.LogBuffer
 	rs, err := search.NewSearchable(search.SearchableConfig{Engine: reader, Observe: func(string, float64) {},
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
@@ -138,22 +138,4 @@ func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
 	if rs.Written(b.alias, []time.Time{time.Now()}); rs.Waiting(b.alias) != 0 {
 		t.Errorf("writes still kept after the measurement stopped")
 	}
-}
-
-// syncLog is a log destination safe for the writers of a test.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
