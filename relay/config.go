@@ -104,7 +104,8 @@ type Watermark struct {
 	Mode string
 	// Interval is how often the relay samples the database's snapshot
 	// while an id waits for release; it bounds the latency the watermark
-	// adds beyond the producers' own transactions. Default 10ms.
+	// adds beyond the producers' own transactions: an event waits for about
+	// one and a half intervals (docs/ordering.md). Default 5ms.
 	Interval time.Duration
 	// MaxWait bounds how long an id waits for a transaction that holds
 	// outbox rows uncommitted; then the relay stops waiting for it (a WARN
@@ -147,7 +148,7 @@ func (c Config) WithDefaults() Config {
 	c.Pause.ProbeMax = cmp.Or(c.Pause.ProbeMax, 3*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.Watermark.Mode = cmp.Or(c.Watermark.Mode, "on")
-	c.Watermark.Interval = cmp.Or(c.Watermark.Interval, 10*time.Millisecond)
+	c.Watermark.Interval = cmp.Or(c.Watermark.Interval, 5*time.Millisecond)
 	c.Watermark.MaxWait = cmp.Or(c.Watermark.MaxWait, 30*time.Second)
 	return c
 }

@@ -158,7 +158,7 @@ type Watermark struct {
 	// Default on.
 	Mode string `yaml:"mode"`
 	// Interval is how often the snapshot is sampled while an id waits.
-	// Default 10ms.
+	// Default 5ms.
 	Interval time.Duration `yaml:"interval"`
 	// MaxWait bounds the wait for a transaction that holds outbox rows
 	// uncommitted. Default 30s.

@@ -406,13 +406,21 @@ func stateCacheKnob(b *testing.B) func(c *search.Config) {
 
 // relayKnobs sets the relay settings that SEARCHSYNC_BENCH_IN_FLIGHT,
 // _BATCH and _MAX_BATCH name, to compare with the defaults;
-// SEARCHSYNC_BENCH_WATERMARK=on|off sets relay.watermark.mode (default on).
+// SEARCHSYNC_BENCH_WATERMARK=on|off sets relay.watermark.mode (default on),
+// SEARCHSYNC_BENCH_WATERMARK_INTERVAL its interval.
 func relayKnobs(b *testing.B, cfg *relay.Config) {
 	if v := os.Getenv("SEARCHSYNC_BENCH_WATERMARK"); v != "" {
 		if v != "on" && v != "off" {
 			b.Fatalf("SEARCHSYNC_BENCH_WATERMARK=%q: want on or off", v)
 		}
 		cfg.Watermark.Mode = v
+	}
+	if v := os.Getenv("SEARCHSYNC_BENCH_WATERMARK_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("SEARCHSYNC_BENCH_WATERMARK_INTERVAL=%q: %v", v, err)
+		}
+		cfg.Watermark.Interval = d
 	}
 	for env, field := range map[string]*int{
 		"SEARCHSYNC_BENCH_IN_FLIGHT": &cfg.InFlight,
