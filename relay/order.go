@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,7 +12,8 @@ import (
 
 // overtaken counts the events of a claim that come after a later event of
 // their aggregate was delivered, or is being delivered (x.later: the
-// aggregates the claim passed, nil when it passed none), reports them (a
+// aggregates the claim passed, nil when it passed none), or reached a
+// consumer without being recorded (r.reached), reports them (a
 // WARN per claim, and aa_outbox_overtaken for status and the console) and
 // returns how many there are. They are delivered all the same: at least
 // once, in the order they are found, beats holding them back for an
@@ -36,6 +38,9 @@ func (r *Relay) overtaken(evs []claimed, x *exclusion) int {
 	var found []overtakenRow
 	for agg, idx := range byAgg {
 		later, _ := x.laterOf(agg)
+		if rl := r.reached.of(agg); rl > evs[idx[0]].ev.ID && (later <= evs[idx[0]].ev.ID || rl < later) {
+			later = rl
+		}
 		for k := len(idx) - 1; k >= 0; k-- {
 			ce := &evs[idx[k]]
 			if o := ce.overtaken; o > 0 && (later <= ce.ev.ID || o < later) {
@@ -94,4 +99,46 @@ func (r *Relay) recordOvertaken(rows []overtakenRow) {
 			r.cfg.Logger.Warn("relay: could not record events delivered out of order (the log line above names them)", "error", err)
 		}
 	}()
+}
+
+// reachedMax bounds what reached remembers: two generations of at most
+// this many aggregates each (about 40 bytes per aggregate).
+const reachedMax = 32768
+
+// reached remembers, per aggregate recently delivered by this relay, the
+// highest id a consumer was handed and answered for (delivered, refused,
+// or to be retried: each may have reached the receiver), whether or not
+// the ack recorded it. An event committed late behind such an event is
+// reported even when the later one is pending again (its ack was abandoned,
+// or it is to be retried): the receiver has seen it. Safe for concurrent use.
+type reached struct {
+	mu        sync.Mutex
+	cur, prev map[[16]byte]int64
+}
+
+// record notes the events of a delivered batch that a consumer answered for.
+func (rc *reached) record(evs []claimed, acks []ackRow) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, a := range acks {
+		if a.outcome != "dispatched" && a.outcome != "failed" && a.outcome != "retry" && len(a.rows) == 0 {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(evs, a.id, func(c claimed, id int64) int { return cmp.Compare(c.ev.ID, id) })
+		if !ok || evs[i].ev.AggregateID == nil {
+			continue
+		}
+		agg := *evs[i].ev.AggregateID
+		if rc.cur == nil || len(rc.cur) >= reachedMax {
+			rc.prev, rc.cur = rc.cur, make(map[[16]byte]int64)
+		}
+		rc.cur[agg] = max(rc.cur[agg], rc.prev[agg], a.id)
+	}
+}
+
+// of is the highest id of agg that reached a consumer, 0 when none is known.
+func (rc *reached) of(agg [16]byte) int64 {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return max(rc.cur[agg], rc.prev[agg])
 }

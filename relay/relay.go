@@ -29,7 +29,9 @@ type Relay struct {
 	leases *leases
 	cons   *consumers
 	wm     *watermark // nil: Config.Watermark is off
-	stats  counters
+	// reached is what recently reached a consumer, per aggregate (order.go).
+	reached reached
+	stats   counters
 
 	wake    chan struct{}
 	moved   chan struct{} // see Relay.signal
@@ -670,6 +672,7 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 		t := time.Now()
 		if lease.Check() == nil {
 			f.acks = r.deliver(dctx, f.evs, held, &f.bs)
+			r.reached.record(f.evs, f.acks)
 		} else {
 			f.bs.Untouched += len(f.evs)
 		}

@@ -123,8 +123,10 @@ func runUnlocked(t testing.TB, watermark string, producers, aggregates int, d, m
 	if len(lat) > 0 {
 		res.p50, res.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}
-	// The relay records the outcomes after the receiver answered.
+	// The relay records the outcomes after the receiver answered, and
+	// counts a batch (Stats) only after its ack returned.
 	testenv.Eventually(t, 30*time.Second, func() bool { return countStatus(t, db, "dispatched") == len(commits) }, "every event acked")
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.Stats().Dispatched >= uint64(len(commits)) }, "every batch counted")
 	st := r.Stats()
 	res.overtaken, res.giveUps = st.Overtaken, st.WatermarkGiveUps
 	return res
