@@ -13,7 +13,9 @@ import (
 // a bulk update of a missing id and an _mget, which change nothing). A
 // missing privilege is an *indexer.AccessError naming it, the alias and the
 // user, so that start-up stops with it instead of pausing on the first
-// batch. Per-tenant aliases are created on first use and checked by it.
+// batch. Per-tenant aliases are created on first use and checked by it. The
+// index stats the searchable measurement reads are checked too; without
+// them only that measurement stops (Searchable.CheckStats).
 func (c *Consumer) CheckAccess(ctx context.Context) error {
 	for _, ix := range c.indexes {
 		def := c.cfg.Defs[ix]
@@ -22,6 +24,11 @@ func (c *Consumer) CheckAccess(ctx context.Context) error {
 		}
 		if err := c.bounded(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, c.cfg.Engine, def.Alias) }); err != nil {
 			return fmt.Errorf("search consumer %s: %w", c.cfg.Name, err)
+		}
+		// The optional commit → searchable measurement needs the index
+		// stats: without them it stops here, with one WARN.
+		if c.cfg.Searchable != nil {
+			_ = c.bounded(ctx, func(ctx context.Context) error { c.cfg.Searchable.CheckStats(ctx, def.Alias); return nil })
 		}
 	}
 	return nil

@@ -153,6 +153,17 @@ func (s *Searchable) Poll(ctx context.Context) {
 	}
 }
 
+// CheckStats asks once for the refresh stats of index, at start-up: a
+// refusal (the engine user may not read index stats) stops the measurement
+// there with its WARN instead of at the first poll. Other failures are left
+// to the polls.
+func (s *Searchable) CheckStats(ctx context.Context, index string) {
+	_, err := s.adm.Refreshes(ctx, index)
+	if ee, ok := indexer.AsEngineError(err); ok && (ee.Status == http.StatusForbidden || ee.Status == http.StatusUnauthorized) {
+		s.disable(index, err)
+	}
+}
+
 // disable stops the measurement after the engine refused the refresh
 // stats of index, with one WARN that names the privilege to grant.
 func (s *Searchable) disable(index string, err error) {

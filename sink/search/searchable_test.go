@@ -127,6 +127,12 @@ func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// At start-up (the consumer's access check asks once, after the write
+	// and read checks, which this user would fail first).
+	if rs.CheckStats(b.ctx, b.alias); rs.Disabled() == "" {
+		t.Errorf("read-only user: the start-up check did not stop the measurement")
+	}
+	// Later polls stay quiet.
 	rs.Written(b.alias, []time.Time{time.Now()})
 	for range 3 {
 		rs.Poll(b.ctx)
