@@ -26,7 +26,7 @@ func TestLostDatabaseIsLoggedOnce(t *testing.T) {
 	pool := testenv.Pool(t, via, db.Schema)
 
 	rc := newReceiver(t)
-	log := &syncBuffer{}
+	log := &testenv.LogBuffer{}
 	cfg := fast()
 	cfg.Schema = db.Schema
 	cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -46,25 +46,25 @@ func TestLostDatabaseIsLoggedOnce(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() bool { return rc.delivered(first) }, "first event delivered")
 
 	px.Cut()
-	mark := len(log.text()) // what the relay logs from here on
-	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.text(), "database unavailable") },
+	mark := len(log.String()) // what the relay logs from here on
+	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.String(), "database unavailable") },
 		"the relay says the database is away")
 	// Written directly while the relay cannot reach the database.
 	second := write(t, db, event(&agg, "entity.customer.updated", "DDM_ENTITY", 2))[0]
 	// The leases expire (1.5 s TTL): a batch then claims nothing, without
 	// an error, while the database is still away.
-	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.text()[mark:], "no partition lease to claim from") },
+	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.String()[mark:], "no partition lease to claim from") },
 		"the relay ran a batch without leases")
 	// The line after that batch, if the relay took it for the database's
 	// return, is written at once.
 	testenv.Eventually(t, 30*time.Second, func() bool { return r.Stats().Partitions == 0 }, "the relay holds no partition")
-	if strings.Contains(log.text(), "reachable again") {
-		t.Fatalf("the relay said the database is reachable again while it was away:\n%s", log.text())
+	if strings.Contains(log.String(), "reachable again") {
+		t.Fatalf("the relay said the database is reachable again while it was away:\n%s", log.String())
 	}
 	px.Up()
 	testenv.Eventually(t, 60*time.Second, func() bool { return rc.delivered(second) }, "the event written meanwhile delivered")
-	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.text(), "reachable again") }, "the relay says the database is back")
-	text := log.text()
+	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(log.String(), "reachable again") }, "the relay says the database is back")
+	text := log.String()
 	for _, line := range []string{"database unavailable", "database reachable again", "release events held for a paused consumer",
 		"LISTEN connection lost", "LISTEN connection back"} {
 		if n := strings.Count(text, "level=WARN msg=\"relay: "+line) + strings.Count(text, "level=INFO msg=\"relay: "+line); n > 1 {

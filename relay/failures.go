@@ -26,18 +26,11 @@ func (r *Relay) logFailures(evs []claimed, acks []ackRow) {
 		attempts             int
 	}
 	var fs []failure
-	byID := func(id int64) *claimed {
-		i, ok := slices.BinarySearchFunc(evs, id, func(c claimed, id int64) int { return cmp.Compare(c.ev.ID, id) })
-		if !ok {
-			return nil
-		}
-		return &evs[i]
-	}
 	for _, a := range acks {
 		if a.outcome != "failed" && !slices.ContainsFunc(a.rows, func(d deliveryRow) bool { return d.state == rowFailed }) {
 			continue
 		}
-		ce := byID(a.id)
+		ce := claimedByID(evs, a.id)
 		if ce == nil {
 			continue
 		}
@@ -81,4 +74,14 @@ func (r *Relay) logFailures(evs []claimed, acks []ackRow) {
 		r.cfg.Logger.Warn("relay: more events failed in the same batch (searchsync outbox list --status failed)",
 			"events", len(fs)-maxFailureLines, "by_reason", strings.Join(parts, "; "))
 	}
+}
+
+// claimedByID is the event of a claim (in id order, as every claim is) with
+// id, nil when the claim has none.
+func claimedByID(evs []claimed, id int64) *claimed {
+	i, ok := slices.BinarySearchFunc(evs, id, func(c claimed, id int64) int { return cmp.Compare(c.ev.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &evs[i]
 }

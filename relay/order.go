@@ -124,11 +124,11 @@ func (rc *reached) record(evs []claimed, acks []ackRow) {
 		if a.outcome != "dispatched" && a.outcome != "failed" && a.outcome != "retry" && len(a.rows) == 0 {
 			continue
 		}
-		i, ok := slices.BinarySearchFunc(evs, a.id, func(c claimed, id int64) int { return cmp.Compare(c.ev.ID, id) })
-		if !ok || evs[i].ev.AggregateID == nil {
+		ce := claimedByID(evs, a.id)
+		if ce == nil || ce.ev.AggregateID == nil {
 			continue
 		}
-		agg := *evs[i].ev.AggregateID
+		agg := *ce.ev.AggregateID
 		if rc.cur == nil || len(rc.cur) >= reachedMax {
 			rc.prev, rc.cur = rc.cur, make(map[[16]byte]int64)
 		}

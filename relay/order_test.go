@@ -17,13 +17,6 @@ import (
 	"github.com/searchsync/searchsync/sink/webhook"
 )
 
-// text is what was written so far.
-func (b *syncBuffer) text() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
-}
-
 // unlocked is a producer's open transaction that inserted one event of agg
 // without the aggregate's advisory lock (what a plain-SQL producer that
 // forgot it does).
@@ -64,12 +57,12 @@ type orderBundle struct {
 	db  *testenv.DB
 	rc  *receiver
 	r   *relay.Relay
-	log *syncBuffer
+	log *testenv.LogBuffer
 }
 
 // orderedConfig is a relay configuration that delivers to rc through the
 // webhook consumer, logging to log.
-func orderedConfig(t *testing.T, rc *receiver, log *syncBuffer) relay.Config {
+func orderedConfig(t *testing.T, rc *receiver, log *testenv.LogBuffer) relay.Config {
 	t.Helper()
 	hook, err := webhook.New("hook", config.Webhook{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
 	if err != nil {
@@ -85,7 +78,7 @@ func startOrdered(t *testing.T, mod func(c *relay.Config)) *orderBundle {
 	t.Helper()
 	db := testenv.NewDB(t)
 	rc := newReceiver(t)
-	log := &syncBuffer{}
+	log := &testenv.LogBuffer{}
 	cfg := orderedConfig(t, rc, log)
 	if mod != nil {
 		mod(&cfg)
@@ -130,7 +123,7 @@ func TestOutOfOrderCommitIsDetected(t *testing.T) {
 	if after != bb.id || aggType != "DDM_ENTITY" {
 		t.Errorf("recorded after event %d of %s, want %d of DDM_ENTITY", after, aggType, bb.id)
 	}
-	log := b.log.text()
+	log := b.log.String()
 	for _, want := range []string{"level=WARN", "out of id order", "aggregate_id=" + agg.String(), "event_id=" + strconv.FormatInt(a.id, 10),
 		"after_event_id=" + strconv.FormatInt(bb.id, 10), "advisory lock"} {
 		if !strings.Contains(log, want) {
@@ -214,7 +207,7 @@ func TestWatermarkGivesUpAfterMaxWait(t *testing.T) {
 	if err := a.tx.QueryRow(context.Background(), "SELECT pg_current_xact_id()::text::bigint").Scan(&xid); err != nil {
 		t.Fatal(err)
 	}
-	log := b.log.text()
+	log := b.log.String()
 	for _, want := range []string{"gave up waiting", "xid " + strconv.FormatInt(xid, 10) + " (pid "} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the relay's log lacks %q:\n%s", want, log)
@@ -232,7 +225,7 @@ func TestOutOfOrderIsDetectedByTheNextOwner(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	rc := newReceiver(t)
-	cfg := orderedConfig(t, rc, &syncBuffer{})
+	cfg := orderedConfig(t, rc, &testenv.LogBuffer{})
 	cfg.Watermark.Mode = "off"
 	first, stopFirst := start(t, db, cfg)
 	b := &orderBundle{db: db, rc: rc, r: first}

@@ -164,7 +164,7 @@ func TestPoisonFailsAtOnce(t *testing.T) {
 	rc.setStatus(poisonBroken)
 	cfg := fast()
 	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
-	log := &syncBuffer{}
+	log := &testenv.LogBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	start(t, db, cfg)
 	agg := uuid.New()
@@ -178,7 +178,7 @@ func TestPoisonFailsAtOnce(t *testing.T) {
 		t.Errorf("behind poison: %+v", got)
 	}
 	line := fmt.Sprintf(`level=WARN msg="relay: event failed: its aggregate waits for an operator (searchsync outbox retry or ack)" event_id=%d event_type=entity.customer.broken aggregate=DDM_ENTITY/%s consumer=hook attempts=1 reason="HTTP 422`, ids[0], agg)
-	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(log.text(), line) }, "the failure logged as %s", line)
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(log.String(), line) }, "the failure logged as %s", line)
 
 	// Eight poisons of eight aggregates in one batch.
 	var many []outbox.Event
@@ -189,13 +189,13 @@ func TestPoisonFailsAtOnce(t *testing.T) {
 	write(t, db, many...) // one transaction: one claim takes them all
 	testenv.Eventually(t, 10*time.Second, func() bool { return countStatus(t, db, "failed") == 9 }, "nine failed")
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return strings.Count(log.text(), "relay: event failed") >= 6 && strings.Contains(log.text(), "more events failed")
+		return strings.Count(log.String(), "relay: event failed") >= 6 && strings.Contains(log.String(), "more events failed")
 	}, "the batch's failures logged")
-	if n := strings.Count(log.text(), "relay: event failed"); n != 6 {
-		t.Errorf("%d failure lines, want 1 + 5 (the rest counted):\n%s", n, log.text())
+	if n := strings.Count(log.String(), "relay: event failed"); n != 6 {
+		t.Errorf("%d failure lines, want 1 + 5 (the rest counted):\n%s", n, log.String())
 	}
-	if !strings.Contains(log.text(), `events=3 by_reason="3 × hook: HTTP 422`) {
-		t.Errorf("no summary of the other 3 failures:\n%s", log.text())
+	if !strings.Contains(log.String(), `events=3 by_reason="3 × hook: HTTP 422`) {
+		t.Errorf("no summary of the other 3 failures:\n%s", log.String())
 	}
 }
 
