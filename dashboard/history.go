@@ -29,14 +29,18 @@ type Sample struct {
 	At time.Time `json:"at"`
 	// Instance is the relay that wrote the sample.
 	Instance string `json:"instance"`
-	// Lag is the deliverable lag (the headline); Rate the events handled per
-	// second by all relays; Pending, Failed and Blocked the outbox's
-	// backlog, failed events and blocked aggregates.
-	Lag     float64 `json:"lag"`
-	Rate    float64 `json:"rate"`
-	Pending int64   `json:"pending"`
-	Failed  int64   `json:"failed"`
-	Blocked int64   `json:"blocked"`
+	// Lag is the deliverable lag (the headline); Rate the events handled
+	// (dispatched or skipped) per second by all relays over the whole
+	// seconds [RateFrom, RateUntil), the outbox's own count of them (the
+	// window starts where the previous sample's ended); Pending, Failed and
+	// Blocked the outbox's backlog, failed events and blocked aggregates.
+	Lag       float64   `json:"lag"`
+	Rate      float64   `json:"rate"`
+	RateFrom  time.Time `json:"rate_from"`
+	RateUntil time.Time `json:"rate_until"`
+	Pending   int64     `json:"pending"`
+	Failed    int64     `json:"failed"`
+	Blocked   int64     `json:"blocked"`
 	// Consumers has one entry per consumer.
 	Consumers map[string]ConsumerSample `json:"consumers"`
 }
@@ -53,6 +57,11 @@ type ConsumerSample struct {
 	Blocked       int64   `json:"blocked"`
 	BlockedEvents int64   `json:"blocked_events"`
 	Paused        bool    `json:"paused,omitempty"`
+	// Pending is what the consumer still owes (its backlog, paused or
+	// not); Rate the events it delivered per second over the sample's
+	// rate window, all relays.
+	Pending int64   `json:"pending"`
+	Rate    float64 `json:"rate"`
 	// Latency is commit → delivered of what the writing relay delivered
 	// since its previous sample (absent when it delivered nothing).
 	Latency *metrics.Quantiles `json:"latency,omitempty"`
@@ -94,6 +103,9 @@ type History struct {
 
 	lastAt   time.Time
 	lastTrim time.Time
+	// counted is the snapshot whose delivered counts the last written
+	// sample's rate window ended with.
+	counted *lag.Snapshot
 }
 
 // NewHistory returns a History writing the snapshots of sampler.
@@ -131,11 +143,11 @@ func (h *History) Run(ctx context.Context) {
 // historyMaxTrim bounds one trimming DELETE.
 const historyMaxTrim = 1000
 
-type historyQueries struct{ write, release, trim, read, readThinned, readSince string }
+type historyQueries struct{ write, release, trim, trimThroughput, read, readThinned, readSince string }
 
 func newHistoryQueries(schema string) historyQueries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema, "aa_console_sample"}.Sanitize(),
-		"{l}", pgx.Identifier{schema, "aa_console_lease"}.Sanitize())
+		"{l}", pgx.Identifier{schema, "aa_console_lease"}.Sanitize(), "{t}", pgx.Identifier{schema, "aa_consumer_throughput"}.Sanitize())
 	return historyQueries{
 		// One statement takes or renews the lease and writes the sample
 		// only when it holds it: $1 instance, $2 lease seconds, $3 at, $4
@@ -148,7 +160,8 @@ func newHistoryQueries(schema string) historyQueries {
 				RETURNING owner)
 			INSERT INTO {s} (at, instance, sample) SELECT $3, owner, $4 FROM lease
 			ON CONFLICT (at) DO NOTHING`),
-		release: r.Replace(`DELETE FROM {l} WHERE owner = $1`),
+		release:        r.Replace(`DELETE FROM {l} WHERE owner = $1`),
+		trimThroughput: r.Replace(`DELETE FROM {t} WHERE second < now() - make_interval(secs => $1)`),
 		// Oldest first through the primary key, at most historyMaxTrim rows.
 		trim: r.Replace(`
 			DELETE FROM {s} WHERE at IN (
@@ -185,6 +198,7 @@ func (h *History) Write(ctx context.Context) (bool, error) {
 		srch = h.cfg.Searchable()
 	}
 	s := sampleOf(snap, lat)
+	h.rates(&s, snap)
 	for name, cs := range s.Consumers {
 		if q := srch[name]; len(q) > 0 {
 			cs.Searchable = q
@@ -202,8 +216,10 @@ func (h *History) Write(ctx context.Context) (bool, error) {
 	}
 	h.lastAt = snap.At
 	if tag.RowsAffected() == 0 {
+		h.counted = nil
 		return false, nil
 	}
+	h.counted = snap
 	if time.Since(h.lastTrim) > max(time.Minute, 10*h.cfg.Interval) {
 		h.lastTrim = time.Now()
 		if _, err := h.Trim(ctx); err != nil {
@@ -211,6 +227,30 @@ func (h *History) Write(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// rates sets the sample's rates over the seconds since the previous sample
+// this History wrote (the difference of the sampler's running counts), so
+// that the samples' windows follow each other without a gap or an overlap;
+// the first sample of a writer takes the snapshot's own window.
+func (h *History) rates(s *Sample, snap *lag.Snapshot) {
+	s.RateFrom, s.RateUntil = snap.RateFrom, snap.RateUntil
+	p := h.counted
+	if p == nil || !p.CountedUntil.Before(snap.CountedUntil) {
+		return
+	}
+	diff := map[string]int64{}
+	for k, n := range snap.Delivered {
+		if diff[k] = n - p.Delivered[k]; diff[k] < 0 {
+			return // the sampler started its counts again
+		}
+	}
+	secs := snap.CountedUntil.Sub(p.CountedUntil).Seconds()
+	s.RateFrom, s.RateUntil, s.Rate = p.CountedUntil, snap.CountedUntil, round3(float64(diff["*"])/secs)
+	for name, cs := range s.Consumers {
+		cs.Rate = round3(float64(diff[name]) / secs)
+		s.Consumers[name] = cs
+	}
 }
 
 // leaseTTL is how long the console lease lasts without a renewal: a writer
@@ -228,9 +268,17 @@ func (h *History) Release(ctx context.Context) error {
 	return nil
 }
 
+// throughputKept is how long the relays' per-second delivery counts
+// (aa_consumer_throughput) are kept: far longer than any sampler's window.
+const throughputKept = 10 * time.Minute
+
 // Trim deletes samples older than the retention, historyMaxTrim rows per
-// statement, at most ten statements; it returns how many went.
+// statement, at most ten statements, and the per-second delivery counts
+// older than throughputKept; it returns how many samples went.
 func (h *History) Trim(ctx context.Context) (int64, error) {
+	if _, err := h.db.Exec(ctx, h.q.trimThroughput, throughputKept.Seconds()); err != nil {
+		return 0, fmt.Errorf("trim aa_consumer_throughput: %w", err)
+	}
 	var n int64
 	for range 10 {
 		tag, err := h.db.Exec(ctx, h.q.trim, h.cfg.Retention.Seconds())
@@ -291,7 +339,7 @@ func sampleOf(snap *lag.Snapshot, lat map[string]metrics.Quantiles) Sample {
 	s := Sample{At: snap.At, Lag: round3(snap.DeliverableLag), Rate: round3(snap.DeliveredRate), Pending: snap.Pending,
 		Failed: snap.Failed, Blocked: snap.BlockedCount, Consumers: map[string]ConsumerSample{}}
 	for _, c := range snap.Consumers {
-		cs := ConsumerSample{Indexes: c.Indexes, Lag: round3(c.DeliverableLag),
+		cs := ConsumerSample{Indexes: c.Indexes, Lag: round3(c.DeliverableLag), Pending: c.Pending, Rate: round3(c.DeliveredRate),
 			Blocked:       c.Blocked.Failed.Aggregates + c.Blocked.BackingOff.Aggregates,
 			BlockedEvents: c.Blocked.Failed.Events + c.Blocked.BackingOff.Events, Paused: c.Paused != nil}
 		if q, ok := lat[c.Name]; ok {

@@ -84,8 +84,20 @@ type Snapshot struct {
 	// LastID is the newest event id (the sequence's last value).
 	LastID int64 `json:"last_id"`
 	// DeliveredRate is events handled (dispatched or skipped) per second
-	// since the previous snapshot of the same Sampler; 0 for the first.
-	DeliveredRate float64 `json:"delivered_per_second"`
+	// by all relays over the whole seconds [RateFrom, RateUntil): since the
+	// previous snapshot of the same Sampler, the last ten seconds for the
+	// first. The relays' acks count them (aa_consumer_throughput) in the
+	// statement that sets dispatched_at, so the figure is the outbox's
+	// own count of the events dispatched or skipped in the window.
+	DeliveredRate float64   `json:"delivered_per_second"`
+	RateFrom      time.Time `json:"rate_from"`
+	RateUntil     time.Time `json:"rate_until"`
+	// Delivered counts, per consumer ("*": handled by the outbox), the
+	// events delivered from the Sampler's first window up to
+	// CountedUntil; the console's history takes its rates from the
+	// difference of two snapshots.
+	Delivered    map[string]int64 `json:"-"`
+	CountedUntil time.Time        `json:"-"`
 
 	AggregateTypes []AggregateTypeLag `json:"aggregate_types"`
 	Consumers      []ConsumerLag      `json:"consumers"`
@@ -158,6 +170,9 @@ type ConsumerLag struct {
 	// the age of the oldest (0 when none).
 	Deliverable    int64   `json:"deliverable"`
 	DeliverableLag float64 `json:"deliverable_lag_seconds"`
+	// DeliveredRate is the events it delivered (answered OK or stale) per
+	// second, all relays, over the snapshot's rate window.
+	DeliveredRate float64 `json:"delivered_per_second"`
 	// Failed counts the events parked for it.
 	Failed  int64           `json:"failed"`
 	Blocked ConsumerBlocked `json:"blocked"`
@@ -333,8 +348,16 @@ type raw struct {
 	pauses  map[string]pauseRow
 }
 
-// Read takes a whole snapshot now.
-func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
+// Read takes a whole snapshot now, its rates over the last ten seconds.
+func (r *Reader) Read(ctx context.Context) (*Snapshot, error) { return r.ReadSince(ctx, time.Time{}) }
+
+// rateSpan is the rate window of a snapshot without a previous one.
+const rateSpan = 10 * time.Second
+
+// ReadSince takes a whole snapshot now, its rates over the whole seconds
+// from rateFrom (a previous snapshot's RateUntil; zero: the last ten
+// seconds) to the last second that has ended.
+func (r *Reader) ReadSince(ctx context.Context, rateFrom time.Time) (*Snapshot, error) {
 	s := &Snapshot{Blocked: []Blocked{}, Failures: []Failure{}}
 	var rw raw
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -368,13 +391,59 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		if err := tx.QueryRow(ctx, r.q.relays).Scan(&s.Relays.Live, &s.Relays.LastHeartbeat); err != nil {
 			return fmt.Errorf("relay instances: %w", err)
 		}
+		if err := r.delivered(ctx, tx, s, rateFrom); err != nil {
+			return err
+		}
 		r.summarize(s, &rw)
+		s.setRates(s.Delivered)
 		return r.pausedAggregates(ctx, tx, s, &rw)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lag: %w", err)
 	}
 	return s, nil
+}
+
+// delivered reads the events delivered per consumer ("*": handled by the
+// outbox) over [from, until) into s.Delivered: until (s.RateUntil and
+// s.CountedUntil) is the start of the second before the one now, so that no
+// ack of a second that is counted can still be committing. A zero from (or
+// one an hour old) reads the last ten seconds; a from that is until reads
+// nothing (an empty window).
+func (r *Reader) delivered(ctx context.Context, tx pgx.Tx, s *Snapshot, from time.Time) error {
+	if err := tx.QueryRow(ctx, `SELECT date_trunc('second', now()) - interval '1 second'`).Scan(&s.RateUntil); err != nil {
+		return fmt.Errorf("throughput: %w", err)
+	}
+	if from.IsZero() || from.After(s.RateUntil) || s.RateUntil.Sub(from) > time.Hour {
+		from = s.RateUntil.Add(-rateSpan)
+	}
+	s.RateFrom, s.CountedUntil, s.Delivered = from, s.RateUntil, map[string]int64{}
+	rows, err := tx.Query(ctx, r.q.throughput, from, s.RateUntil)
+	if err != nil {
+		return fmt.Errorf("throughput: %w", err)
+	}
+	var name string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+		s.Delivered[name] = n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("throughput: %w", err)
+	}
+	return nil
+}
+
+// setRates sets the delivered rates from counts over [RateFrom, RateUntil).
+func (s *Snapshot) setRates(counts map[string]int64) {
+	secs := s.RateUntil.Sub(s.RateFrom).Seconds()
+	if secs <= 0 {
+		return
+	}
+	s.DeliveredRate = float64(counts["*"]) / secs
+	for i := range s.Consumers {
+		s.Consumers[i].DeliveredRate = float64(counts[s.Consumers[i].Name]) / secs
+	}
 }
 
 // outOfOrder reads the out-of-order deliveries the relays recorded.
@@ -761,7 +830,7 @@ func Redact(s string, n int) string {
 
 type queries struct {
 	lastID, heads, pending, deliveryRows, failedGroups, pauses, pausedAggregates, failures string
-	outOfOrder, relays                                                                     string
+	outOfOrder, relays, throughput                                                         string
 }
 
 // headsCTE folds the heads ($1 aggregate types, $2 aggregate ids, $3
@@ -793,6 +862,8 @@ func newQueries(schema string) queries {
 	return queries{
 		lastID: r.Replace(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}`),
 		relays: r.Replace(`SELECT count(*) FILTER (WHERE expires_at > now()), max(heartbeat_at) FROM {s}.aa_relay_instance`),
+		throughput: r.Replace(`SELECT consumer, sum(events)::bigint FROM {s}.aa_consumer_throughput
+			WHERE second >= $1 AND second < $2 GROUP BY consumer`),
 		// Few rows (compaction keeps the retention's): the count of a day
 		// and the newest.
 		outOfOrder: r.Replace(`

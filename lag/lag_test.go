@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -104,14 +105,24 @@ func TestLagSnapshotAgreesWithTheTable(t *testing.T) {
 		t.Errorf("metric consumer backlog = %v", v)
 	}
 
-	// Delivering some events shows as a delivery rate in the next sample.
+	// Delivering some events shows as a delivery rate in the next sample:
+	// the acks' per-second counts (two connections in one second, and one
+	// second that is not over yet and not counted).
 	exec(`UPDATE aa_outbox_event SET status='dispatched', dispatched_at=now() WHERE aggregate_id=$1`, aggs[3])
-	s2, err := smp.Sample(ctx)
+	exec(`INSERT INTO aa_consumer_throughput (second, consumer, backend, events)
+		SELECT date_trunc('second', now()) - interval '3 seconds', c, b, 2 FROM unnest('{*,search}'::text[]) c, unnest('{1,2}'::int[]) b
+		UNION ALL SELECT date_trunc('second', now()), '*', 1, 100`)
+	s2, err := r.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s2.DeliveredRate <= 0 || s2.Pending != 12 {
-		t.Errorf("after delivering 3: rate %.2f pending %d", s2.DeliveredRate, s2.Pending)
+	if s2.DeliveredRate != 0.4 || s2.Pending != 12 || s2.RateUntil.Sub(s2.RateFrom) != 10*time.Second {
+		t.Errorf("after delivering 4: rate %.2f over %s, pending %d", s2.DeliveredRate, s2.RateUntil.Sub(s2.RateFrom), s2.Pending)
+	}
+	for _, c := range s2.Consumers {
+		if want := map[string]float64{"search": 0.4}[c.Name]; c.DeliveredRate != want {
+			t.Errorf("consumer %s delivered %.2f/s, want %.2f", c.Name, c.DeliveredRate, want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 )
@@ -69,18 +70,37 @@ const maxDuty = 5
 
 // Sample takes a snapshot now, keeps it as the latest and returns it.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
-	snap, err := s.r.Read(ctx)
+	prev := s.Last()
+	var from time.Time
+	if prev != nil {
+		from = prev.CountedUntil
+	}
+	snap, err := s.r.ReadSince(ctx, from)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p := s.last; p != nil {
-		if dt := snap.At.Sub(p.At).Seconds(); dt > 0 {
-			handled := float64(snap.LastID-p.LastID) - float64((snap.Pending+snap.Failed)-(p.Pending+p.Failed))
-			snap.DeliveredRate = max(0, handled/dt)
+	// The counts add up from window to window; a window that was empty
+	// (two samples in one second) shows the previous window's rates.
+	if prev != nil && snap.RateFrom.Equal(from) {
+		counts := snap.Delivered
+		snap.Delivered = maps.Clone(prev.Delivered)
+		for k, n := range counts {
+			snap.Delivered[k] += n
+		}
+		if !snap.RateFrom.Before(snap.RateUntil) {
+			snap.RateFrom, snap.RateUntil = prev.RateFrom, prev.RateUntil
+			snap.DeliveredRate = prev.DeliveredRate
+			for i := range snap.Consumers {
+				for _, p := range prev.Consumers {
+					if p.Name == snap.Consumers[i].Name {
+						snap.Consumers[i].DeliveredRate = p.DeliveredRate
+					}
+				}
+			}
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.last = snap
 	return snap, nil
 }

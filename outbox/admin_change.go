@@ -243,7 +243,8 @@ type Change struct {
 }
 
 // ChangedEvent is an event a change touched, as it is after the change (a
-// deleted one as it was), with what happened to it.
+// deleted one, and every event of a dry run, as it was), with what happened
+// to it (in a dry run: "would be …").
 type ChangedEvent struct {
 	Listed
 	// Outcome says what the change did: retried, retried for <consumers>,
@@ -418,7 +419,16 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 			}
 		}
 		ch.Events, ch.Count = p.events, len(p.events)
-		if opts.DryRun || ch.Count == 0 {
+		if opts.DryRun {
+			// A dry run shows each event as it is and says what the
+			// change would do to it.
+			for i := range ch.Events {
+				e := &ch.Events[i]
+				e.Listed, e.Outcome = e.before, "would be "+e.Outcome
+			}
+			return nil
+		}
+		if ch.Count == 0 {
 			return nil
 		}
 		if err := a.apply(ctx, tx, action, p); err != nil {

@@ -206,6 +206,10 @@ func TestAdminRetry(t *testing.T) {
 	if err != nil || ch.Count != 1 || ch.Events[0].ID != f.ids["A2"] || ch.JobID != 0 {
 		t.Fatalf("dry run: %+v, %v", ch, err)
 	}
+	// It shows the event as it is and says what would happen to it.
+	if e := ch.Events[0]; e.Status != outbox.StatusFailed || e.Attempts != 10 || e.Outcome != "would be retried" {
+		t.Errorf("dry run answers %s, %d attempts, %q; want failed, 10, \"would be retried\"", e.Status, e.Attempts, e.Outcome)
+	}
 	var status string
 	var attempts int
 	f.db.Pool.QueryRow(ctx, `SELECT status::text, attempts FROM aa_outbox_event WHERE id = $1`, f.ids["A2"]).Scan(&status, &attempts)

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 )
 
 // maxFailureLines is how many failed events a batch logs one by one; the
@@ -84,4 +86,91 @@ func claimedByID(evs []claimed, id int64) *claimed {
 		return nil
 	}
 	return &evs[i]
+}
+
+// postponeEvery is how often one consumer and reason is logged while
+// events keep being postponed for it.
+const postponeEvery = 10 * time.Second
+
+// postponements rate-limits the lines of logPostponed: the first
+// postponement of a consumer and reason is logged at once, the next ones
+// counted and logged together at most once per postponeEvery.
+type postponements struct {
+	mu   sync.Mutex
+	seen map[string]*postponed
+}
+
+type postponed struct {
+	logged  time.Time
+	since   int   // postponed since that line
+	retryIn int64 // the longest delay among them, in ms
+}
+
+// logPostponed writes an INFO line when the ack just postponed events for a
+// consumer — a retry after an error with backoff, or events the consumer
+// pushed back (an engine's 429, one index of several blocked) that wait
+// without counting an attempt — so that backing-off aggregates in the
+// console and `status` always have a line that explains them. Events held
+// for a paused consumer are the pause's (its own lines).
+func (r *Relay) logPostponed(acks []ackRow) {
+	type key struct{ consumer, reason string }
+	counts := map[key]int{}
+	delays := map[key]time.Duration{}
+	note := func(consumer, reason string, delay time.Duration) {
+		if len(reason) > 160 {
+			reason = reason[:160] + "…"
+		}
+		k := key{consumer, reason}
+		counts[k]++
+		delays[k] = max(delays[k], delay)
+	}
+	for _, a := range acks {
+		switch {
+		case a.outcome == "retry":
+			// Every routed consumer alike: "<consumer>: <reason>; …".
+			for _, part := range strings.Split(a.lastError, "; ") {
+				c, reason, _ := strings.Cut(part, ": ")
+				note(c, reason, a.delay)
+			}
+		case a.outcome == "pending":
+			for _, d := range a.rows {
+				if d.state == rowPending && d.lastError != "" && d.delay != holdDelay {
+					note(d.consumer, d.lastError, d.delay)
+				}
+			}
+		}
+	}
+	if len(counts) == 0 {
+		return
+	}
+	now := time.Now()
+	r.postponed.mu.Lock()
+	defer r.postponed.mu.Unlock()
+	if r.postponed.seen == nil {
+		r.postponed.seen = map[string]*postponed{}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(counts), func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.consumer, b.consumer), cmp.Compare(a.reason, b.reason))
+	}) {
+		id := k.consumer + "\x00" + k.reason
+		p := r.postponed.seen[id]
+		if p == nil {
+			p = &postponed{}
+			r.postponed.seen[id] = p
+		}
+		p.since += counts[k]
+		p.retryIn = max(p.retryIn, delays[k].Milliseconds())
+		if now.Sub(p.logged) < postponeEvery {
+			continue
+		}
+		r.cfg.Logger.Info("relay: events postponed for a consumer; their aggregates back off until the retry (docs/operations.md)",
+			"consumer", k.consumer, "events", p.since, "retry_in", (time.Duration(p.retryIn) * time.Millisecond).String(), "reason", k.reason)
+		p.logged, p.since, p.retryIn = now, 0, 0
+	}
+	// Keys not seen for a while go, so the map stays small.
+	for id, p := range r.postponed.seen {
+		if p.since == 0 && now.Sub(p.logged) > 10*postponeEvery {
+			delete(r.postponed.seen, id)
+		}
+	}
 }

@@ -45,6 +45,21 @@ type ackRow struct {
 	// dispatched now); rows are the delivery rows to write.
 	hadRows bool
 	rows    []deliveryRow
+	// delivered are the consumers (by index) that delivered the event in
+	// this batch (answered OK or stale), counted in aa_consumer_throughput
+	// by the ack: bit ci of deliveredMask for ci < 64, deliveredMore for
+	// the rest.
+	deliveredMask uint64
+	deliveredMore []int
+}
+
+// markDelivered records that consumer ci delivered the event in this batch.
+func (a *ackRow) markDelivered(ci int) {
+	if ci < 64 {
+		a.deliveredMask |= 1 << ci
+		return
+	}
+	a.deliveredMore = append(a.deliveredMore, ci)
 }
 
 // deliveryRow is one consumer's delivery row to write.
@@ -239,6 +254,9 @@ func (r *Relay) eventAck(ce *claimed, routed []int, answers []answer, consumers 
 	results = results[:len(routed)]
 	for k, ci := range routed {
 		results[k] = r.consumerResult(ce, ci, answers, consumers[ci], held[ci])
+		if results[k].state == rowDone && results[k].changed {
+			row.markDelivered(ci)
+		}
 	}
 
 	allDone, changed, anyHeld, stale := true, false, false, false

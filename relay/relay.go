@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,12 +23,14 @@ import (
 
 // Relay delivers the outbox of one schema. Create it with New and call Run.
 type Relay struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	q      queries
-	leases *leases
-	cons   *consumers
-	wm     *watermark // nil: Config.Watermark is off
+	// postponed rate-limits the lines of logPostponed.
+	postponed postponements
+	cfg       Config
+	pool      *pgxpool.Pool
+	q         queries
+	leases    *leases
+	cons      *consumers
+	wm        *watermark // nil: Config.Watermark is off
 	// reached is what recently reached a consumer, per aggregate (order.go).
 	reached reached
 	stats   counters
@@ -755,6 +757,7 @@ func (r *Relay) startAck(ctx context.Context, f *flight) {
 		f.clean = f.ackErr == nil && f.bs.Fenced == 0
 		if f.clean {
 			r.logFailures(f.evs, f.acks)
+			r.logPostponed(f.acks)
 		}
 		f.end = time.Now()
 		f.bs.Ack = f.end.Sub(t)
@@ -1098,8 +1101,8 @@ func withoutJIT(q string, args ...any) *pgx.Batch {
 	return b
 }
 
-// ackArgs are the arguments of the ack statement.
-func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
+// ackArgs are the arguments of the ack statements.
+func (r *Relay) ackArgs(c claimable, acks []ackRow) ackArgs {
 	n := len(acks)
 	ids := make([]int64, n)
 	parts := make([]int32, n)
@@ -1108,11 +1111,17 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 	lastErr := make([]string, n)
 	delay := make([]int64, n)
 	newAttempts := make([]int32, n)
-	var dID, hadRows []int64
-	var dConsumer, dState, dErr []string
+	var dID, hadRows, pID []int64
+	var dConsumer, dState, dErr, pConsumer []string
 	var dAttempts []int32
 	var dDelay []int64
 	for i, a := range acks {
+		for m := a.deliveredMask; m != 0; m &= m - 1 {
+			pID, pConsumer = append(pID, a.id), append(pConsumer, r.cons.names[bits.TrailingZeros64(m)])
+		}
+		for _, ci := range a.deliveredMore {
+			pID, pConsumer = append(pID, a.id), append(pConsumer, r.cons.names[ci])
+		}
 		ids[i], parts[i], attempts[i], outcome[i], lastErr[i], delay[i] = a.id, a.part, int32(a.attempts), a.outcome, a.lastError, a.delay.Milliseconds()
 		newAttempts[i] = int32(a.newAttempts)
 		if a.hadRows {
@@ -1129,9 +1138,16 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) []any {
 	}
 	// Empty, not nil: unnest of a NULL array is fine, but = ANY of NULL is
 	// unknown; keep every array typed and present.
-	return []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay, newAttempts,
-		nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows)}
+	return ackArgs{
+		all: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay, newAttempts,
+			nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows),
+			nonNil(pID), nonNil(pConsumer)},
+		held: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, nonNil(pID), nonNil(pConsumer)},
+	}
 }
+
+// ackArgs are the arguments of ackSQL (all) and ackHeldSQL (held).
+type ackArgs struct{ all, held []any }
 
 // passable reports that an ack row records its event as dispatched or
 // skipped and nothing else: the next events of its aggregate may be
@@ -1193,7 +1209,7 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 			// Every claimed partition still held: the ids alone
 			// (instance, lease partitions and epochs, ids).
 			var k int64
-			if k, err = r.ackExec(actx, r.q.ackHeld, args[:4], true); err == nil {
+			if k, err = r.ackExec(actx, r.q.ackHeld, args.held); err == nil {
 				affected, heldDone = affected+k, true
 			}
 		}
@@ -1201,7 +1217,7 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 			// Not a lean batch, or a partition was lost (or rows were acked
 			// before): partition by partition.
 			var k int64
-			if k, err = r.ackExec(actx, r.q.ack, args, false); err == nil {
+			if k, err = r.ackExec(actx, r.q.ack, args.all); err == nil {
 				affected += k
 			}
 		}
@@ -1222,9 +1238,8 @@ func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchSt
 }
 
 // ackExec runs one ack statement without JIT and returns how many outbox
-// rows it changed: its command tag's count when tagged, else the count it
-// returns (ackSQL).
-func (r *Relay) ackExec(ctx context.Context, q string, args []any, tagged bool) (int64, error) {
+// rows it changed (the count it returns).
+func (r *Relay) ackExec(ctx context.Context, q string, args []any) (int64, error) {
 	b := withoutJIT(q, args...)
 	if r.wm != nil {
 		// The ack's own transaction id, before its UPDATE runs: the
@@ -1246,11 +1261,7 @@ func (r *Relay) ackExec(ctx context.Context, q string, args []any, tagged bool) 
 	} else {
 		_, err = br.Exec()
 	}
-	if err == nil && tagged {
-		var tag pgconn.CommandTag
-		tag, err = br.Exec()
-		affected = tag.RowsAffected()
-	} else if err == nil {
+	if err == nil {
 		err = br.QueryRow().Scan(&affected)
 	}
 	return affected, errors.Join(err, br.Close())

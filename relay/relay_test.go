@@ -93,6 +93,8 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 	cfg.MaxAttempts = 4
 	cfg.Backoff = relay.Backoff{Initial: 200 * time.Millisecond, Max: 500 * time.Millisecond, Multiplier: 2, Jitter: 0.1}
 	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL)}}
+	log := &testenv.LogBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	start(t, db, cfg)
 
 	ids := write(t, db, event(&bad, "entity.customer.updated", "DDM_ENTITY", 1), event(&bad, "entity.customer.updated", "DDM_ENTITY", 2))
@@ -115,6 +117,12 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 		prev = got
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return getRow(t, db, head).Status == "failed" }, "head failed after max_attempts")
+	// The retries speak: the first one at once, the next ones counted
+	// into a line at most every 10 s (the three came within 1.2 s).
+	postponed := `level=INFO msg="relay: events postponed for a consumer; their aggregates back off until the retry (docs/operations.md)" consumer=hook events=1 retry_in=`
+	if n := strings.Count(log.String(), "events postponed"); n != 1 || !strings.Contains(log.String(), postponed) {
+		t.Errorf("%d postponement lines, want 1 such as %s:\n%s", n, postponed, log.String())
+	}
 	if got := getRow(t, db, head); got.Attempts != 4 || !strings.Contains(*got.LastError, "503") {
 		t.Errorf("failed head: %+v", got)
 	}
