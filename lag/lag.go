@@ -111,6 +111,9 @@ type Snapshot struct {
 	OutOfOrder OutOfOrder `json:"out_of_order"`
 	// Relays is the relay instances alive (heartbeating) now.
 	Relays Relays `json:"relays"`
+	// Health is the verdict on the whole: healthy, degraded or down, with
+	// its reasons (lag/health.go).
+	Health Health `json:"health"`
 }
 
 // Relays counts the relay instances whose heartbeat has not expired
@@ -178,6 +181,11 @@ type ConsumerLag struct {
 	Blocked ConsumerBlocked `json:"blocked"`
 	// Paused is set while the consumer is paused.
 	Paused *Pause `json:"paused,omitempty"`
+	// Health is healthy, degraded (aggregates backing off), failing
+	// (failed events), paused or down (no live relay); HealthReason says
+	// why when it is not healthy.
+	Health       string `json:"health"`
+	HealthReason string `json:"health_reason,omitempty"`
 }
 
 // ConsumerBlocked splits what a consumer cannot deliver by cause.
@@ -396,7 +404,11 @@ func (r *Reader) ReadSince(ctx context.Context, rateFrom time.Time) (*Snapshot, 
 		}
 		r.summarize(s, &rw)
 		s.setRates(s.Delivered)
-		return r.pausedAggregates(ctx, tx, s, &rw)
+		if err := r.pausedAggregates(ctx, tx, s, &rw); err != nil {
+			return err
+		}
+		s.judge()
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lag: %w", err)

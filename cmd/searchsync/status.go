@@ -74,6 +74,10 @@ func printStatus(out io.Writer, s *lag.Snapshot) {
 	default:
 		fmt.Fprintln(out, "NO LIVE RELAY: no relay has run against this schema yet (start `searchsync run`)")
 	}
+	fmt.Fprintf(out, "health: %s\n", s.Health.State)
+	for _, r := range s.Health.Reasons {
+		fmt.Fprintf(out, "  - %s\n", r)
+	}
 	if o := s.OutOfOrder; o.Latest != nil {
 		l := o.Latest
 		fmt.Fprintf(out, "out of id order: %d events delivered after a later event of their aggregate in the last 24 h; latest: event %d of %s/%s after event %d, at %s (a producer skips the aggregate lock: docs/ordering.md)\n",
@@ -81,7 +85,7 @@ func printStatus(out io.Writer, s *lag.Snapshot) {
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tTYPE\tINDEXES\tSTATE\tDELIVERABLE LAG (s)\tDELIVERABLE\tBACKLOG\tFAILED\tBLOCKED failed/backing_off\tOLDEST PENDING (s)")
+	fmt.Fprintln(tw, "CONSUMER\tTYPE\tINDEXES\tSTATE\tHEALTH\tDELIVERED/s\tDELIVERABLE LAG (s)\tDELIVERABLE\tBACKLOG\tFAILED\tBLOCKED failed/backing_off\tOLDEST PENDING (s)")
 	for _, c := range s.Consumers {
 		idx := "-"
 		if len(c.Indexes) > 0 {
@@ -91,7 +95,7 @@ func printStatus(out io.Writer, s *lag.Snapshot) {
 		if c.Paused != nil {
 			state, lagText = fmt.Sprintf("paused %s", statusAge(c.Paused.Age)), "- (paused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d/%d\t%.1f\n", c.Name, c.Type, idx, state, lagText, c.Deliverable,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%d\t%d\t%d\t%d/%d\t%.1f\n", c.Name, c.Type, idx, state, c.Health, c.DeliveredRate, lagText, c.Deliverable,
 			c.Pending, c.Failed, c.Blocked.Failed.Aggregates, c.Blocked.BackingOff.Aggregates, c.OldestPendingAge)
 	}
 	tw.Flush()

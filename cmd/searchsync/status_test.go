@@ -139,13 +139,18 @@ routes:
 	if o := s.OutOfOrder; o.Last24h != 1 || o.Latest == nil || o.Latest.EventID != 41 || o.Latest.AfterEventID != 42 {
 		t.Errorf("out of order: %+v %+v, want event 41 after 42", o, o.Latest)
 	}
+	// No relay runs: down, and each consumer too.
+	if s.Health.State != lag.HealthDown || search.Health != lag.HealthDown || hook.Health != lag.HealthDown {
+		t.Errorf("health %+v, search %s, hook %s; want down (no live relay)", s.Health, search.Health, hook.Health)
+	}
 	if s.DeliverableLag != search.DeliverableLag {
 		t.Errorf("snapshot deliverable lag %.1f, search %.1f", s.DeliverableLag, search.DeliverableLag)
 	}
 
 	out, _, code = runCLI(t, []string{"DATABASE_URL="}, "-c", cfg, "status")
 	if code != 0 || !contains(out, "deliverable lag", "HELD BACK", "paused 3m", "mapper_parsing_exception", "connection refused (7 failed probes)",
-		"out of id order: 1 events", "NO LIVE RELAY: no relay has run against this schema yet", "no live relay", "event 41 of DDM_ENTITY/0b5e0a2c-5c1e-4d7e-9a3b-1d2f3e4a5b6c after event 42") {
+		"out of id order: 1 events", "NO LIVE RELAY: no relay has run against this schema yet", "no live relay", "event 41 of DDM_ENTITY/0b5e0a2c-5c1e-4d7e-9a3b-1d2f3e4a5b6c after event 42",
+		"health: down\n  - no live relay: nothing is delivered") {
 		t.Errorf("status table:\n%s", out)
 	}
 	t.Logf("status:\n%s", out)
