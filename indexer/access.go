@@ -115,6 +115,9 @@ func WhoAmI(ctx context.Context, eng Engine) string {
 }
 
 func (e *engine) whoAmI(ctx context.Context) string {
+	if e.serverless {
+		return "" // no security plugin to ask (serverless.go)
+	}
 	status, body, err := e.s.send(ctx, request{api: apiAuthenticate})
 	if err != nil || status != http.StatusOK {
 		return ""
@@ -208,6 +211,9 @@ func CheckAccess(ctx context.Context, eng Engine, alias string) error {
 				ee := &EngineError{Op: e.kind + " access check: update " + alias + "/" + ProbeID, Status: it.Status}
 				if it.Error != nil {
 					ee.Type, ee.Reason = it.Error.Type, it.Error.text()
+				}
+				if documentIDsRefused(ee.Status, ee.Reason) {
+					return &ConfigError{Key: "engine.urls", Err: fmt.Errorf("%w: %s", ee, documentIDHint)}
 				}
 				e.explain(ee)
 				err = ee

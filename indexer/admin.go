@@ -138,6 +138,11 @@ func (e *engine) doAdmin(ctx context.Context, op string, r adminRequest, okStatu
 	if !ok {
 		return 0, nil, fmt.Errorf("%s %s: the adapter does not carry admin requests", e.kind, op)
 	}
+	if e.serverless {
+		if lacks := serverlessLacksAdmin(r.api); lacks != "" {
+			return 0, nil, &UnsupportedError{Op: e.kind + " " + op, API: lacks}
+		}
+	}
 	status, body, err := s.sendAdmin(ctx, r)
 	return e.answer(op, status, body, err, okStatus)
 }

@@ -469,6 +469,9 @@ func classify(op BulkOp, r BulkResult) (o delivery.Outcome, again bool) {
 		return delivery.Unavailablef("cluster block on %s: %s (%s)", op.Index, engineSaid, what), false
 	case r.ErrType == "index_not_found_exception":
 		return delivery.Unavailablef("index %s missing: %s (%s)", op.Index, engineSaid, what), false
+	case documentIDsRefused(r.Status, r.ErrReason):
+		// The collection, not the event: every write would fail alike.
+		return delivery.Unavailablef("%s: %s (%s)", engineSaid, documentIDHint, what), false
 	case r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
 		return delivery.Unavailablef("not authorized to write %s: %s (%s; %s)", op.Index, engineSaid, what, forbiddenHint("", r.ErrReason)), false
 	case r.Status == http.StatusTooManyRequests:

@@ -7,8 +7,10 @@
 // group, dynamic settings, health, the engine's _reindex as a task); the
 // bulk Writer that batches ops, bounds concurrency, reads every item of
 // every answer and classifies it (Classify) for the search consumer and
-// the reindex alike; and RawBulkRate, the engine's own _bulk rate used as
-// the denominator of the end-to-end benchmark.
+// the reindex alike; RawBulkRate, the engine's own _bulk rate used as
+// the denominator of the end-to-end benchmark; and the subset of that API
+// Amazon OpenSearch Serverless serves (serverless.go: what it lacks is an
+// *UnsupportedError, never sent).
 //
 // Errors: an answer of the engine with status >= 400 is an *EngineError
 // (status, the engine's error type and reason); no answer at all is a

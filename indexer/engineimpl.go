@@ -88,11 +88,19 @@ type engine struct {
 	kind string
 	s    sender
 	conn *conn // nil in tests of the wire code
+	// serverless: Amazon OpenSearch Serverless; requests it does not serve
+	// are not sent (serverless.go).
+	serverless bool
 }
 
 // do performs r and turns failures into *TransportError (no answer) or
 // *EngineError (an answer with status >= 400, unless accepted by okStatus).
 func (e *engine) do(ctx context.Context, op string, r request, okStatus ...int) (int, []byte, error) {
+	if e.serverless {
+		if lacks := serverlessLacks(r.api); lacks != "" {
+			return 0, nil, &UnsupportedError{Op: e.kind + " " + op, API: lacks}
+		}
+	}
 	status, body, err := e.s.send(ctx, r)
 	return e.answer(op, status, body, err, okStatus)
 }
@@ -132,11 +140,22 @@ func readAnswer(status int, body io.ReadCloser) (int, []byte, error) {
 func (e *engine) Kind() string { return e.kind }
 
 func (e *engine) Ping(ctx context.Context) error {
-	_, _, err := e.do(ctx, "ping", request{api: apiPing})
+	var ok []int
+	if e.serverless {
+		// Serverless does not serve the root: its 404 is the answer (a
+		// refused signature is still a 403).
+		ok = []int{http.StatusNotFound}
+	}
+	_, _, err := e.do(ctx, "ping", request{api: apiPing}, ok...)
 	return err
 }
 
 func (e *engine) WriteBlocks(ctx context.Context, indexes ...string) ([]Block, error) {
+	if e.serverless {
+		// No cluster state is served, and a collection has no blocks a
+		// client sets or sees.
+		return []Block{}, nil
+	}
 	_, body, err := e.do(ctx, "cluster blocks", request{api: apiBlocks})
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func NewOpenSearch(cfg config.Engine, hc *http.Client) (*OpenSearch, error) {
 		return nil, fmt.Errorf("indexer: opensearch client for %v: %w", cfg.URLs, err)
 	}
 	o := &OpenSearch{client: c}
-	o.engine = engine{kind: "opensearch", s: osSender{c}, conn: cn}
+	o.engine = engine{kind: "opensearch", s: osSender{c}, conn: cn, serverless: isServerless(cfg)}
 	return o, nil
 }
 

@@ -164,11 +164,12 @@ func TestSigV4VerifierMatchesAWSVectors(t *testing.T) {
 	}
 }
 
-// sigV4Gate is a reverse proxy to the real OpenSearch node that lets a
-// request through only when verifySigV4 accepts it with secretKey, and
-// answers 403 otherwise, as Amazon OpenSearch Service does.
-func sigV4Gate(t *testing.T, secretKey string) (string, *atomic.Int64, *atomic.Value) {
-	target, _ := url.Parse(testenv.EngineURL(t))
+// sigV4Gate is a reverse proxy to the URL to (the real OpenSearch node, or a proxy
+// in front of it) that lets a request through only when verifySigV4 accepts
+// it with secretKey, and answers 403 otherwise, as Amazon OpenSearch Service
+// does. The signature stays on the request it forwards.
+func sigV4Gate(t *testing.T, to, secretKey string) (string, *atomic.Int64, *atomic.Value) {
+	target, _ := url.Parse(to)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	var verified atomic.Int64
 	var service atomic.Value
@@ -184,7 +185,6 @@ func sigV4Gate(t *testing.T, secretKey string) (string, *atomic.Int64, *atomic.V
 		verified.Add(1)
 		service.Store(svc)
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.Header.Del("Authorization")
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
@@ -214,7 +214,7 @@ func awsProfile(t *testing.T, profile, keyID, secretKey string) {
 func TestSigV4(t *testing.T) {
 	const secretKey = "sigv4-test-secret/K7MDENG+bPxRfiCY"
 	awsProfile(t, "searchsync-test", "AKIDSEARCHSYNCTEST", secretKey)
-	gate, verified, service := sigV4Gate(t, secretKey)
+	gate, verified, service := sigV4Gate(t, testenv.EngineURL(t), secretKey)
 	ctx := context.Background()
 
 	for _, svc := range []string{"es", "aoss"} {

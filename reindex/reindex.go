@@ -208,6 +208,9 @@ func New(cfg Config) (*Reindexer, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %T", errNoAdmin, cfg.Engine)
 	}
+	if indexer.Serverless(cfg.Engine) {
+		return nil, ErrServerless
+	}
 	r := &Reindexer{cfg: cfg, alias: alias, adm: adm, seeded: map[string]int64{}}
 	r.log = cfg.Logger.With("alias", alias)
 	r.w = newWriter(cfg.Engine, cfg.BulkSize, cfg.Concurrency, r.log, func(reason string) {
@@ -285,6 +288,15 @@ func (r *Reindexer) live(ctx context.Context) (string, *indexer.IndexInfo, error
 	}
 	return targets[0], info, nil
 }
+
+// ErrServerless is the error of New for Amazon OpenSearch Serverless: a
+// rebuild walks the outbox into a new index and the live one with the
+// scroll API, copies with _reindex as a task, waits for _cluster/health and
+// makes the copy searchable with _refresh before it moves the alias, and
+// Serverless serves none of them.
+var ErrServerless = errors.New("reindex: not available on Amazon OpenSearch Serverless (engine.aws.service: aoss): " +
+	"it serves neither the scroll API, _reindex and tasks, _cluster/health nor _refresh, which a rebuild needs; " +
+	"the search consumer delivers there all the same (docs/engine-connection.md)")
 
 // errNoAdmin is the error of New for an engine without indexer.Admin.
 var errNoAdmin = errors.New("reindex: Config.Engine does not implement indexer.Admin (the engines of indexer.New do)")

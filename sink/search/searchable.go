@@ -137,7 +137,7 @@ func (s *Searchable) Poll(ctx context.Context) {
 	for _, name := range names {
 		sent := time.Now()
 		counts, err := s.adm.Refreshes(ctx, name)
-		if ee, ok := indexer.AsEngineError(err); ok && (ee.Status == http.StatusForbidden || ee.Status == http.StatusUnauthorized) {
+		if refused(err) {
 			// Refused, not failed: asking again four times a second
 			// changes nothing. The measurement stops, once, loudly.
 			s.disable(name, err)
@@ -154,18 +154,25 @@ func (s *Searchable) Poll(ctx context.Context) {
 }
 
 // CheckStats asks once for the refresh stats of index, at start-up: a
-// refusal (the engine user may not read index stats) stops the measurement
-// there with its WARN instead of at the first poll. Other failures are left
-// to the polls.
+// refusal (the engine user may not read index stats, or the engine does not
+// serve them, as OpenSearch Serverless) stops the measurement there with its
+// WARN instead of at the first poll. Other failures are left to the polls.
 func (s *Searchable) CheckStats(ctx context.Context, index string) {
-	_, err := s.adm.Refreshes(ctx, index)
-	if ee, ok := indexer.AsEngineError(err); ok && (ee.Status == http.StatusForbidden || ee.Status == http.StatusUnauthorized) {
+	if _, err := s.adm.Refreshes(ctx, index); refused(err) {
 		s.disable(index, err)
 	}
 }
 
+// refused reports whether the engine refuses the refresh stats for good:
+// 401/403, or an engine that does not serve them (not asked again).
+func refused(err error) bool {
+	ee, ok := indexer.AsEngineError(err)
+	return ok && (ee.Status == http.StatusForbidden || ee.Status == http.StatusUnauthorized) || indexer.IsUnsupported(err)
+}
+
 // disable stops the measurement after the engine refused the refresh
-// stats of index, with one WARN that names the privilege to grant.
+// stats of index, with one WARN that names the privilege to grant (or says
+// that the engine does not serve them).
 func (s *Searchable) disable(index string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,6 +181,12 @@ func (s *Searchable) disable(index string, err error) {
 	}
 	s.disabled = "the engine refused the refresh stats of " + index + ": " + err.Error()
 	clear(s.indexes)
+	if indexer.IsUnsupported(err) {
+		s.cfg.Logger.Warn("search: commit → searchable latency is not measured (searchsync_searchable_latency_seconds stays empty): "+
+			"OpenSearch Serverless serves no index stats to read the refreshes from; the writes are delivered all the same "+
+			"(docs/engine-connection.md)", "index", index, "error", err)
+		return
+	}
 	s.cfg.Logger.Warn("search: commit → searchable latency is not measured (searchsync_searchable_latency_seconds stays empty): "+
 		"the engine user may not read index stats; grant indices:monitor/stats (OpenSearch: the action group indices_monitor; "+
 		"Elasticsearch: the index privilege monitor) on the indexes to measure it (docs/engine-connection.md)",
