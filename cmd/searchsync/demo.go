@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/migrations"
 	"github.com/searchsync/searchsync/outbox"
@@ -24,7 +25,7 @@ type DemoCmd struct {
 
 // Run runs the demo.
 func (c *DemoCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
+	e, err := g.load(ctx, config.Stages(indexStage(builtinExamples)))
 	if err != nil {
 		return err
 	}

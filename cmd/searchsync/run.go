@@ -35,7 +35,7 @@ type RunCmd struct {
 // Run connects, checks the schema, builds consumers and routes, serves
 // /healthz and /readyz and runs the relay until ctx is done.
 func (c *RunCmd) Run(ctx context.Context, g *Globals) error {
-	e, err := g.load(ctx)
+	e, err := g.load(ctx, config.Stages(indexStage(builtinExamples)))
 	if err != nil {
 		return err
 	}

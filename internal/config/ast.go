@@ -67,7 +67,8 @@ var unknownField = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
 
 // wrongType is the decoder's message for a value of the wrong kind: the
 // YAML tag, the value, the Go type.
-var wrongType = regexp.MustCompile("^cannot unmarshal !!(\\w+) `(.*)` into (\\S+)$")
+// The value is left out for a list or a mapping.
+var wrongType = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 
 // plainTypeError says what a value of Go type goType must look like.
 func plainTypeError(tag, value, goType string) string {
@@ -138,54 +139,72 @@ func closest(s string, names []string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b.
+// editDistance is the optimal string alignment distance of a and b: the
+// Levenshtein distance, with two adjacent letters swapped ("naem") one edit.
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
-// decodeErrors turns the decoder's messages into Errors that name the key: the
-// key on the message's line whose name (unknown field) or value (wrong type)
-// the message mentions, else the first key on that line.
-func (c *Config) decodeErrors(root *yaml.Node, msgs []string) []error {
-	var errs []error
+// decodeErrors reports the decoder's messages as Errors that name the key:
+// the key on the message's line whose name (unknown field) or value (wrong
+// type) the message mentions, else the first key on that line. It marks
+// the keys whose value later checks cannot trust (Config.unread): the key of
+// a value of the wrong type, and the key a misspelt one probably meant.
+func (v *validator) decodeErrors(root *yaml.Node, msgs []string) {
 	for _, m := range msgs {
-		e := &Error{File: c.file, Reason: m}
+		e := &Error{File: v.c.file, Reason: m}
 		if sm := typeErrorLine.FindStringSubmatch(m); sm != nil {
 			e.Line, _ = strconv.Atoi(sm[1])
 			e.Reason = sm[2]
+			e.Key = keyAt(root, e.Line, sm[2])
 			if um := unknownField.FindStringSubmatch(sm[2]); um != nil {
 				e.Reason = fmt.Sprintf("unknown field %q", um[1])
 				if near := closest(um[1], fieldsOf(um[2])); near != "" {
 					e.Reason += fmt.Sprintf(" (did you mean %q?)", near)
+					v.unread(joinKey(parentKey(e.Key), near))
 				}
 			} else if tm := wrongType.FindStringSubmatch(sm[2]); tm != nil {
 				e.Reason = plainTypeError(tm[1], tm[2], tm[3])
+				if e.Key != "" {
+					v.unread(e.Key)
+				}
 			}
-			e.Key = keyAt(root, e.Line, sm[2])
 		}
-		errs = append(errs, e)
+		v.errs = append(v.errs, e)
 	}
-	return errs
+}
+
+// joinKey is the key name under parent ("" for the top level).
+func joinKey(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
 }
 
 // keyAt finds the path of the key on line whose name or scalar value appears
-// in msg, or the first key on line, or "".
+// in msg, or whose list or mapping value msg names and starts on line, or
+// the first key on line, or "".
 func keyAt(root *yaml.Node, line int, msg string) string {
 	var first, best string
 	var walk func(n *yaml.Node, path string)
@@ -210,6 +229,12 @@ func keyAt(root *yaml.Node, line int, msg string) string {
 						(val.Kind == yaml.ScalarNode && strings.Contains(msg, "`"+val.Value+"`"))) {
 						best = p
 					}
+				}
+				// A list or mapping of the wrong type: the message gives
+				// the line of the value, not of its key.
+				if best == "" && val.Line == line && ((val.Kind == yaml.SequenceNode && strings.Contains(msg, "!!seq ")) ||
+					(val.Kind == yaml.MappingNode && strings.Contains(msg, "!!map "))) {
+					best = p
 				}
 				walk(val, p)
 			}

@@ -1,7 +1,9 @@
 // Package config owns searchsync's configuration file: one YAML file plus
 // environment overrides, mapped onto the Configs of the packages it sets up
-// and validated at start-up. A bad file stops start-up with an error that
-// names the file, the key (with its line) and the reason.
+// and validated at start-up. A bad file stops start-up with one error that
+// lists every problem of every stage that could run (decoding, validation,
+// the Stages of the command), each with the file, the key (with its line)
+// and the reason.
 //
 // Defaults have one place each. The relay and compaction sections are the
 // YAML form of relay.Config and compaction.Config, whose WithDefaults and
@@ -18,11 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"os"
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +58,13 @@ type Config struct {
 	noDatabase bool
 	// secrets are the groups of secrets Load reads (Secrets); nil: all.
 	secrets map[SecretGroup]bool
+	// unread are the keys whose value the decoder could not read (a value
+	// of the wrong type), and the keys a misspelt key was probably meant to
+	// be: the checks after decoding see their zero value or default, so
+	// their complaints about them are left out (validator.add).
+	unread map[string]bool
+	// stages are the later checks of Stages.
+	stages []Stage
 }
 
 // SecretGroup is a group of secrets of the configuration that a command
@@ -409,23 +420,21 @@ func (c *Config) File() string { return c.file }
 
 // Load reads the file at path (empty: no file, defaults and environment only),
 // applies environment overrides and defaults, and validates the result.
+//
+// The checks run in stages, and one run reports the problems of every stage
+// that can run (see check): a YAML syntax error stops there, but a value of
+// the wrong type or an unknown key does not stop validation of the rest, nor
+// a bad value the Stages after it.
 func Load(file string, opts ...Option) (*Config, error) {
-	c := &Config{file: file}
-	for _, o := range opts {
-		o(c)
-	}
+	c := newConfig(file, opts)
+	var data []byte
 	if file != "" {
-		data, err := os.ReadFile(file)
-		if err != nil {
+		var err error
+		if data, err = os.ReadFile(file); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
-		if err := c.parse(data); err != nil {
-			return nil, err
-		}
 	}
-	c.applyEnv(os.Getenv)
-	c.setDefaults()
-	if err := c.Validate(); err != nil {
+	if err := c.check(data, os.Getenv); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -433,42 +442,74 @@ func Load(file string, opts ...Option) (*Config, error) {
 
 // Parse reads a configuration from bytes (name is used in errors), without
 // environment overrides; for tests and embedded examples.
-func Parse(name string, data []byte) (*Config, error) {
-	c := &Config{file: name}
-	if err := c.parse(data); err != nil {
-		return nil, err
-	}
-	c.setDefaults()
-	if err := c.Validate(); err != nil {
+func Parse(name string, data []byte, opts ...Option) (*Config, error) {
+	c := newConfig(name, opts)
+	if err := c.check(data, nil); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Config) parse(data []byte) error {
+func newConfig(file string, opts []Option) *Config {
+	c := &Config{file: file}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// check runs the stages on data: decoding (unknown keys, values of the wrong
+// type), environment overrides (getenv; nil: none) and defaults,
+// validation (which resolves the secrets the command reads and checks the
+// routes against the consumers) and the Stages of the options. Each stage
+// runs whatever the earlier ones found, on the values they could read; only
+// a YAML syntax error ends the run, as nothing of the file can be read then.
+// The error lists every problem, in the order of file and line.
+func (c *Config) check(data []byte, getenv func(string) string) error {
+	v := &validator{c: c}
+	if err := c.parse(data, v); err != nil {
+		return err
+	}
+	if getenv != nil {
+		c.applyEnv(getenv)
+	}
+	c.setDefaults()
+	c.validate(v)
+	for _, s := range c.stages {
+		s(c, &Report{v: v})
+	}
+	return v.err()
+}
+
+// parse decodes data into c. The decoder's complaints (unknown keys, values
+// of the wrong type) go to v; decoding goes on past them, so the returned
+// error is only one that leaves nothing to check: a syntax error.
+func (c *Config) parse(data []byte, v *validator) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
+	const stop = " (a YAML syntax error: nothing else in the file was checked)"
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		// A syntax error: "yaml: line 3: mapping values are not allowed
-		// in this context".
+		// "yaml: line 3: mapping values are not allowed in this context".
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		e := &Error{File: c.file, Reason: msg + stop}
 		if sm := typeErrorLine.FindStringSubmatch(msg); sm != nil {
-			return fmt.Errorf("config %s:%s: %s", c.file, sm[1], sm[2])
+			e.Line, _ = strconv.Atoi(sm[1])
+			e.Reason = sm[2] + stop
 		}
-		return fmt.Errorf("config %s: %s", c.file, msg)
+		return e
 	}
 	c.ast = keyLines{}
 	c.ast.indexNode(&root, "")
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			return errors.Join(c.decodeErrors(&root, te.Errors)...)
+		te, ok := errors.AsType[*yaml.TypeError](err)
+		if !ok {
+			return &Error{File: c.file, Reason: strings.TrimPrefix(err.Error(), "yaml: ") + " (nothing else in the file was checked)"}
 		}
-		return fmt.Errorf("config %s: %s", c.file, strings.TrimPrefix(err.Error(), "yaml: "))
+		v.decodeErrors(&root, te.Errors)
 	}
 	return nil
 }
@@ -532,6 +573,15 @@ var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // file, key, line and reason.
 func (c *Config) Validate() error {
 	v := &validator{c: c}
+	c.validate(v)
+	return v.err()
+}
+
+// consumerNamesUnread matches the keys that, unread, leave the set of
+// consumer names incomplete.
+var consumerNamesUnread = regexp.MustCompile(`^consumers(\[\d+\](\.name)?)?$`)
+
+func (c *Config) validate(v *validator) {
 	if c.Database.URL == "" {
 		if !c.noDatabase {
 			v.add("database.url", "is required (or set DATABASE_URL)")
@@ -647,11 +697,12 @@ func (c *Config) Validate() error {
 		if r.Consumer == "" {
 			v.add(key+".consumer", "is required")
 		} else if !names[r.Consumer] {
-			reason := fmt.Sprintf("names unknown consumer %q", r.Consumer)
-			if near := closest(r.Consumer, slices.Sorted(maps.Keys(names))); near != "" {
-				reason += fmt.Sprintf(" (did you mean %q?)", near)
+			// With a consumer's name unread, an unknown name may be its
+			// name: only a likely typo of another is reported.
+			near := DidYouMean(r.Consumer, slices.Sorted(maps.Keys(names)))
+			if near != "" || !c.unreadMatch(consumerNamesUnread) {
+				v.add(key+".consumer", fmt.Sprintf("names unknown consumer %q%s", r.Consumer, near))
 			}
-			v.add(key+".consumer", reason)
 		}
 		for j, p := range r.EventTypes {
 			if _, err := path.Match(p, ""); err != nil {
@@ -665,7 +716,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateIndexes(v)
-	return v.err()
 }
 
 // Matches reports whether the route wants an event of this type and aggregate.
@@ -687,8 +737,8 @@ func matchAny(patterns []string, s string) bool {
 
 // Error is one invalid value.
 type Error struct {
-	File   string // the configuration file, "" when none
-	Key    string // the key, e.g. consumers[1].webhook.url
+	File   string // the configuration file, or a file it names; "" when none
+	Key    string // the key, e.g. consumers[1].webhook.url; "" for the file as a whole
 	Line   int    // the line in File, 0 when unknown
 	Reason string
 }
@@ -698,16 +748,47 @@ func (e *Error) Error() string {
 	if e.Line > 0 {
 		loc = fmt.Sprintf("%s:%d", loc, e.Line)
 	}
+	if e.Key == "" {
+		return fmt.Sprintf("%s: %s", loc, e.Reason)
+	}
 	return fmt.Sprintf("%s: %s: %s", loc, e.Key, e.Reason)
 }
 
+// validator collects the problems of every stage of check.
 type validator struct {
 	c    *Config
-	errs []error
+	errs []*Error
 }
 
+// add reports a problem of key, unless the decoder could not read key or a
+// parent of it: then the problem is that of the zero value left in its
+// place, and the decoder's complaint says what is wrong.
 func (v *validator) add(key, reason string) {
+	for k := key; k != ""; k = parentKey(k) {
+		if v.c.unread[k] {
+			return
+		}
+	}
 	v.errs = append(v.errs, &Error{File: v.c.file, Key: key, Line: v.c.ast.line(key), Reason: reason})
+}
+
+// unread marks key as one the decoder could not read (see Config.unread).
+func (v *validator) unread(key string) {
+	if v.c.unread == nil {
+		v.c.unread = map[string]bool{}
+	}
+	v.c.unread[key] = true
+}
+
+// unreadMatch reports whether the decoder could not read a key that re
+// matches.
+func (c *Config) unreadMatch(re *regexp.Regexp) bool {
+	for k := range c.unread {
+		if re.MatchString(k) {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *validator) positive(key string, n int) {
@@ -729,4 +810,37 @@ func (v *validator) httpURL(key, s string) {
 	}
 }
 
-func (v *validator) err() error { return errors.Join(v.errs...) }
+// err is every problem, once, in the order of file (the configuration file
+// first, then the files it names) and line (those without one last in their
+// file); nil when there is none.
+func (v *validator) err() error {
+	errs := slices.Clone(v.errs)
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		return cmp.Or(
+			cmp.Compare(fileRank(a.File, v.c.file), fileRank(b.File, v.c.file)),
+			strings.Compare(a.File, b.File),
+			cmp.Compare(lineRank(a.Line), lineRank(b.Line)))
+	})
+	var out []error
+	for i, e := range errs {
+		if i > 0 && *e == *errs[i-1] {
+			continue
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
+}
+
+func fileRank(f, main string) int {
+	if f == main {
+		return 0
+	}
+	return 1
+}
+
+func lineRank(n int) int {
+	if n <= 0 {
+		return math.MaxInt
+	}
+	return n
+}
