@@ -17,7 +17,12 @@
 // ceil(partitions / live instances) and hands back partitions above its share
 // (after the batch in flight) so that a joining instance gets work. A killed
 // instance stops renewing; its leases expire after LeaseTTL and the others take
-// them over. No operator action is needed in any of these cases.
+// them over. After an outage of the database longer than LeaseTTL every lease
+// and instance row has expired: an instance back from it still counts, for
+// one LeaseTTL, as many others as it saw live before (of those whose rows
+// remain), so each takes its share at once and nothing is handed back; a
+// heartbeat that fails is tried again every PollInterval. No operator action
+// is needed in any of these cases.
 //
 // # Fencing
 //

@@ -36,17 +36,37 @@ type leases struct {
 	// acquisition said to start (acquireSQL).
 	probe      map[int]int64
 	validUntil time.Time // local deadline of the leases (last renewal start + ttl)
-	live       int       // live instances at the last heartbeat
+	live       int       // instances counted for the fair share at the last heartbeat
 	beatAt     time.Time // last successful heartbeat
 	lastErr    error
+	// others are the other instances the last heartbeat counted: the
+	// live ones, or while settling the ones seen before the outage.
+	others []string
+	// settleUntil ends the settling after an outage. A heartbeat that
+	// finds the database again after this instance's leases lapsed (the
+	// database was away, or this process paused, for longer than the TTL)
+	// cannot tell from the others' expired rows whether they are alive:
+	// theirs lapsed for the same reason. Until settleUntil (one TTL later)
+	// it counts at least as many other instances as it saw live before,
+	// of those whose rows are still there (one that left cleanly deleted
+	// its row), so it takes its fair share only and leaves the rest free
+	// for them to take when they return (under the same name or, restarted,
+	// a new one). It does not take everything to hand half of it back a
+	// heartbeat or two later, which stopped those partitions for up to two
+	// heartbeat periods. One that is not back by then is taken for dead: its
+	// partitions are taken one TTL after the return, as a killed instance's
+	// are one TTL after it stopped.
+	settleUntil time.Time
 
-	changed chan struct{} // signalled when partitions were acquired, or doubted ones renewed
+	changed chan struct{} // signalled when partitions were acquired, doubted ones renewed, or the heartbeat recovered
 	kick    chan struct{} // asks for a heartbeat now (an ack was fenced)
+	back    chan struct{} // signalled when the heartbeat recovered (for the listener)
 }
 
 func newLeases(pool *pgxpool.Pool, q *queries, cfg *Config) *leases {
 	return &leases{pool: pool, q: q, cfg: cfg, owned: map[int]int64{}, releasing: map[int]bool{},
-		doubted: map[int]time.Time{}, inflight: map[int]bool{}, probe: map[int]int64{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+		doubted: map[int]time.Time{}, inflight: map[int]bool{}, probe: map[int]int64{}, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1),
+		back: make(chan struct{}, 1)}
 }
 
 // prepare creates the lease rows and refuses to run beside live instances
@@ -75,23 +95,37 @@ func (l *leases) interval() time.Duration { return l.cfg.LeaseTTL / 3 }
 
 // run heartbeats until ctx is done.
 func (l *leases) run(ctx context.Context) {
-	t := time.NewTicker(l.interval())
+	t := time.NewTimer(l.interval())
 	defer t.Stop()
 	failing := false
 	for {
+		begun := time.Now()
 		err := l.tick(ctx)
 		if ctx.Err() != nil {
 			return
 		}
+		next := l.interval()
 		if err != nil {
 			if !failing {
 				l.cfg.Logger.Warn("relay: lease heartbeat failed; keeping leases until they expire", "error", err, "instance", l.cfg.InstanceID)
 			}
 			failing = true
+			// Try again every poll interval while the database is away,
+			// so that the relay is back within one of its return, not a
+			// whole heartbeat period later.
+			next = min(next, l.cfg.PollInterval)
 		} else if failing {
 			l.cfg.Logger.Info("relay: lease heartbeat recovered", "instance", l.cfg.InstanceID)
 			failing = false
+			// The worker and the listener may be waiting out the database
+			// with a longer backoff: they can go on now.
+			l.signal()
+			select {
+			case l.back <- struct{}{}:
+			default:
+			}
 		}
+		t.Reset(time.Until(begun.Add(next)))
 		select {
 		case <-ctx.Done():
 			return
@@ -148,13 +182,40 @@ func (l *leases) tick(ctx context.Context) error {
 
 func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 	host, _ := os.Hostname()
-	var live int
-	if err := l.pool.QueryRow(ctx, l.q.heartbeat, l.cfg.InstanceID, host, os.Getpid(), l.cfg.Partitions, ttl).Scan(&live); err != nil {
+	l.mu.Lock()
+	// back: the first heartbeat after this instance's leases lapsed; it
+	// settles (see settleUntil).
+	back := !l.validUntil.IsZero() && start.After(l.validUntil) && len(l.others) > 0
+	settling := back || start.Before(l.settleUntil)
+	recall := []string{}
+	if settling {
+		recall = l.others
+	}
+	l.mu.Unlock()
+	var others, seen []string
+	if err := l.pool.QueryRow(ctx, l.q.heartbeat, l.cfg.InstanceID, host, os.Getpid(), l.cfg.Partitions, ttl, recall).Scan(&others, &seen); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	if _, err := l.pool.Exec(ctx, l.q.forgetDead, 10*ttl); err != nil {
+	if _, err := l.pool.Exec(ctx, l.q.forgetDead, 10*ttl, recall); err != nil {
 		return fmt.Errorf("forget dead instances: %w", err)
 	}
+	switch {
+	case settling && len(seen) > len(others):
+		if back {
+			l.cfg.Logger.Info("relay: back after the leases lapsed; leaving a share to each instance seen before for a lease TTL",
+				"instances_seen", seen, "instances_live", others, "lease_ttl", l.cfg.LeaseTTL)
+			l.mu.Lock()
+			l.settleUntil = start.Add(l.cfg.LeaseTTL)
+			l.mu.Unlock()
+		}
+		others = seen
+	case settling:
+		// As many are back as were seen before: settled.
+		l.mu.Lock()
+		l.settleUntil = time.Time{}
+		l.mu.Unlock()
+	}
+	live := 1 + len(others)
 
 	// Renew what we hold.
 	l.mu.Lock()
@@ -193,13 +254,11 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 	}
 	if resolved {
 		// The worker may claim the partitions it kept again.
-		select {
-		case l.changed <- struct{}{}:
-		default:
-		}
+		l.signal()
 	}
 	l.validUntil = start.Add(l.cfg.LeaseTTL)
 	l.live = live
+	l.others = others
 	l.beatAt = time.Now()
 	share := (l.cfg.Partitions + live - 1) / live
 	// Mark the excess (highest partitions first) and release what is not in flight.
@@ -252,13 +311,18 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 			n := len(l.owned)
 			l.mu.Unlock()
 			l.cfg.Logger.Info("relay: acquired partitions", "partitions", slices.Sorted(maps.Keys(got)), "owned", n, "live_instances", live)
-			select {
-			case l.changed <- struct{}{}:
-			default:
-			}
+			l.signal()
 		}
 	}
 	return nil
+}
+
+// signal tells the worker that it may claim now.
+func (l *leases) signal() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
 }
 
 // ownedArrays returns the owned partitions and their epochs. Caller holds mu.

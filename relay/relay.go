@@ -208,6 +208,8 @@ func (r *Relay) listen(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(d):
+		case <-r.leases.back:
+			// The database is back: listen now, not after d of polling.
 		}
 	}
 }
@@ -273,6 +275,9 @@ func (r *Relay) work(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 			case <-time.After(d):
+			case <-r.leases.changed:
+				// The heartbeat went through (or took partitions): the
+				// database is back, claim now rather than after d.
 			}
 			continue
 		}

@@ -407,12 +407,18 @@ WHERE expires_at > now() AND partitions <> $1 AND id <> $2 LIMIT 1`
 	DELETE FROM {s}.aa_relay_lease WHERE partition >= $1 AND (owner IS NULL OR expires_at <= now()) RETURNING 1)
 UPDATE {s}.aa_relay_lease SET claimed_max = NULL WHERE EXISTS (SELECT 1 FROM del)`
 
+	// heartbeatSQL renews the instance row and returns the other live
+	// instances, and those of $6 whose row is still there, expired or not
+	// (see leases.settleUntil).
 	heartbeatSQL = `INSERT INTO {s}.aa_relay_instance AS i (id, hostname, pid, partitions, expires_at)
 VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), expires_at = excluded.expires_at
-RETURNING 1 + (SELECT count(*) FROM {s}.aa_relay_instance WHERE expires_at > now() AND id <> $1)`
+RETURNING ARRAY(SELECT id FROM {s}.aa_relay_instance WHERE id <> $1 AND expires_at > now() ORDER BY id),
+          ARRAY(SELECT id FROM {s}.aa_relay_instance WHERE id <> $1 AND id = ANY($6::text[]) ORDER BY id)`
 
-	forgetDeadSQL = `DELETE FROM {s}.aa_relay_instance WHERE expires_at < now() - $1::bigint * interval '1 millisecond'`
+	// forgetDeadSQL deletes the rows of instances dead for longer than $1
+	// ms, except those of $2 (still awaited back after an outage).
+	forgetDeadSQL = `DELETE FROM {s}.aa_relay_instance WHERE expires_at < now() - $1::bigint * interval '1 millisecond' AND id <> ALL(coalesce($2::text[], '{}'))`
 
 	renewSQL = `UPDATE {s}.aa_relay_lease l SET expires_at = now() + $4::bigint * interval '1 millisecond'
 FROM unnest($2::int[], $3::bigint[]) AS h(partition, epoch)
