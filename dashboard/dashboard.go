@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/searchsync/searchsync/lag"
@@ -56,6 +57,9 @@ type Source struct {
 
 	// Reindex serves /api/reindex, the Reindex panel (nil: it answers 503).
 	Reindex *Reindex
+	// PublicURL is the console's address behind a proxy (http.public_url):
+	// actions from a page there are the console's own (nil: none).
+	PublicURL *url.URL
 }
 
 // Engine describes the search engine connection: where, the auth method
@@ -81,6 +85,45 @@ type State struct {
 	// Actions is true when retry, ack and skip are enabled
 	// (http.operator_token).
 	Actions bool `json:"actions"`
+	// Health is the page's verdict: the snapshot's (lag.Snapshot.Health),
+	// down while the relay cannot read the outbox, degraded by an index
+	// that is not healthy.
+	Health lag.Health `json:"health"`
+	// Unreachable says since when and why the relay cannot read the
+	// outbox (absent while it can); the snapshot is from before.
+	Unreachable *Unreachable `json:"unreachable,omitempty"`
+	// Indexes are the search consumers' aliases with their document
+	// count and health (the drift watcher's last check).
+	Indexes []AliasDrift `json:"indexes"`
+}
+
+// Unreachable is a database the relay cannot read.
+type Unreachable struct {
+	Since time.Time `json:"since"`
+	Error string    `json:"error"`
+}
+
+// health is the page's verdict from the snapshot, the sampler's failure
+// and the indexes.
+func (st *State) health() lag.Health {
+	if st.Unreachable != nil {
+		return lag.Health{State: lag.HealthDown, Reasons: []string{"the relay cannot read the outbox since " +
+			st.Unreachable.Since.Format(time.TimeOnly) + " (the database is unreachable?): " + st.Unreachable.Error}}
+	}
+	if st.Snapshot == nil {
+		return lag.Health{State: "unknown", Reasons: []string{"waiting for the first sample"}}
+	}
+	h := st.Snapshot.Health
+	h.Reasons = append([]string{}, h.Reasons...)
+	for _, ix := range st.Indexes {
+		if ix.Health == lag.HealthFailing || ix.Health == lag.HealthDegraded {
+			h.Reasons = append(h.Reasons, "index "+ix.Alias+": "+ix.HealthReason)
+			if h.State == lag.HealthHealthy {
+				h.State = lag.HealthDegraded
+			}
+		}
+	}
+	return h
 }
 
 // Handler serves the page at / and its data at /api/state.
@@ -97,15 +140,34 @@ func Handler(src Source) http.Handler {
 		if src.Partitions != nil {
 			p, err := src.Partitions(r.Context())
 			if err != nil && src.Logger != nil {
-				src.Logger.Warn("dashboard: partitions", "err", err)
+				src.Logger.Debug("dashboard: partitions", "err", err)
 			}
 			st.Partitions = p
 		}
+		if since, err := src.Sampler.Failing(); err != nil {
+			st.Unreachable = &Unreachable{Since: since, Error: lag.Redact(err.Error(), 300)}
+		}
+		st.Indexes = []AliasDrift{}
+		if src.Reindex != nil && src.Reindex.Aliases != nil {
+			st.Indexes = append(st.Indexes, src.Reindex.Aliases()...)
+		}
+		st.Health = st.health()
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) { serveHistory(w, r, src) })
 	src.registerEvents(mux)
 	src.registerReindex(mux)
+	mux.HandleFunc("GET /events/{id}", func(w http.ResponseWriter, r *http.Request) {
+		// The event's own page (it reads /api/events/{id}).
+		http.ServeFileFS(w, r, static, "event.html")
+	})
+	// Every other /api path answers in JSON too (one pattern per method:
+	// a method-less one would clash with "GET /").
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		mux.HandleFunc(m+" /api/", func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no API at %s %s (docs/console.md lists them)", r.Method, r.URL.Path))
+		})
+	}
 	return mux
 }
 

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
@@ -48,6 +50,9 @@ type EventDetail struct {
 	Event *outbox.Listed `json:"event"`
 	// Waiting are the pending events of its aggregate after it (at most 20).
 	Waiting []outbox.Listed `json:"waiting"`
+	// Consumers is every routed consumer's state of it: its delivery row,
+	// or the outbox row's state shared by all (outbox.Admin.Deliveries).
+	Consumers []outbox.Delivery `json:"consumers"`
 }
 
 // BlockedPage is the JSON of GET /api/blocked.
@@ -120,11 +125,19 @@ func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
 		switch st {
 		case "":
 			f.Statuses = []outbox.Status{outbox.StatusFailed}
-		case outbox.StatusFailed, outbox.StatusPending:
+		case "any":
+		case outbox.StatusFailed, outbox.StatusPending, outbox.StatusDispatched, outbox.StatusSkipped:
 			f.Statuses = []outbox.Status{st}
 		default:
-			err = fmt.Errorf("status %q: want failed or pending", st)
+			err = fmt.Errorf("status %q: want failed, pending, dispatched, skipped or any", st)
 		}
+	}
+	if a := q.Get("aggregate_id"); err == nil && a != "" {
+		id, perr := uuid.Parse(a)
+		if perr != nil {
+			err = fmt.Errorf("aggregate_id %q: want a UUID", a)
+		}
+		f.AggregateID = &id
 	}
 	if err == nil && f.Consumer != "" {
 		err = src.Events.Admin.CheckConsumer(f.Consumer)
@@ -178,7 +191,7 @@ func (src Source) getEvent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("event %d is not in the outbox (delivered and compacted, acknowledged, or never written)", id))
 		return
 	}
-	d := EventDetail{Event: &evs[0], Waiting: []outbox.Listed{}}
+	d := EventDetail{Event: &evs[0], Waiting: []outbox.Listed{}, Consumers: src.Events.Admin.Deliveries(evs[0])}
 	if e := evs[0]; e.AggregateID != nil {
 		waiting, err := src.Events.Admin.List(ctx, src.Events.DB, outbox.Filter{AggregateType: globEscape(e.AggregateType), AggregateID: e.AggregateID,
 			Statuses: []outbox.Status{outbox.StatusPending}, AfterID: e.ID, Limit: 20})
@@ -301,18 +314,27 @@ func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
 // off, when it comes from another site or lacks the operator token; else it
 // returns who acts (aa_job.owner: console:NAME).
 func (src Source) operator(w http.ResponseWriter, r *http.Request) (string, bool) {
-	if src.Events == nil || src.Events.Token.IsZero() {
-		writeError(w, http.StatusForbidden, "actions are disabled: configure http.operator_token to enable them")
+	refuse := func(code int, msg string) (string, bool) {
+		// Logged with who asked from where, never the token.
+		if src.Logger != nil {
+			src.Logger.Warn("console: action refused", "reason", msg, "method", r.Method, "path", r.URL.Path,
+				"client", r.RemoteAddr, "forwarded_for", r.Header.Get("X-Forwarded-For"), "operator", r.Header.Get(OperatorHeader))
+		}
+		writeError(w, code, msg)
 		return "", false
 	}
-	if why := crossSite(r); why != "" {
-		writeError(w, http.StatusForbidden, "cross-site request refused: "+why)
-		return "", false
+	if src.Events == nil || src.Events.Token.IsZero() {
+		return refuse(http.StatusForbidden, "actions are disabled: configure http.operator_token to enable them")
+	}
+	if why := src.crossSite(r); why != "" {
+		return refuse(http.StatusForbidden, "cross-site request refused: "+why)
 	}
 	got := r.Header.Get(TokenHeader)
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(src.Events.Token.Reveal())) != 1 {
-		writeError(w, http.StatusUnauthorized, "the operator token (header "+TokenHeader+") is missing or wrong")
-		return "", false
+	switch {
+	case got == "":
+		return refuse(http.StatusUnauthorized, "the operator token (header "+TokenHeader+") is missing")
+	case subtle.ConstantTimeCompare([]byte(got), []byte(src.Events.Token.Reveal())) != 1:
+		return refuse(http.StatusUnauthorized, "the operator token (header "+TokenHeader+") is wrong")
 	}
 	who := strings.TrimSpace(r.Header.Get(OperatorHeader))
 	if who == "" {
@@ -355,18 +377,41 @@ func (src Source) change(w http.ResponseWriter, r *http.Request, action, what st
 
 // crossSite says why r may come from another site's page ("" when it does
 // not): browsers send Sec-Fetch-Site (same-origin, or none for what the user
-// typed) and, on a POST, Origin, which must be this listener's.
-func crossSite(r *http.Request) string {
+// typed) and, on a POST, Origin, which must be the console's own: this
+// listener's Host, the X-Forwarded-Host a proxy in front sets, or the
+// configured public URL (http.public_url, for a proxy that forwards
+// neither, as nginx does by default).
+func (src Source) crossSite(r *http.Request) string {
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
 		return "Sec-Fetch-Site is " + s
 	}
-	if o := r.Header.Get("Origin"); o != "" {
-		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host || (u.Scheme != "http" && u.Scheme != "https") {
-			return "Origin " + o + " is not " + r.Host
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return ""
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return "Origin " + o + " is not a web page's"
+	}
+	own := []string{r.Host}
+	if fh := r.Header.Get("X-Forwarded-Host"); fh != "" {
+		own = append(own, strings.TrimSpace(strings.Split(fh, ",")[0]))
+	}
+	if src.PublicURL != nil {
+		if u.Scheme == src.PublicURL.Scheme && u.Host == src.PublicURL.Host {
+			return ""
 		}
 	}
-	return ""
+	if slices.Contains(own, u.Host) {
+		return ""
+	}
+	why := "Origin " + o + " is not " + strings.Join(own, " or ")
+	if src.PublicURL == nil {
+		why += " (behind a proxy: set http.public_url to the console's address, or have the proxy forward Host or X-Forwarded-Host)"
+	} else {
+		why += " nor http.public_url " + src.PublicURL.Scheme + "://" + src.PublicURL.Host
+	}
+	return why
 }
 
 func (src Source) fail(w http.ResponseWriter, what string, err error) {

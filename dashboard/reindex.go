@@ -1,10 +1,13 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/searchsync/searchsync/lag"
 )
 
 // Drift states of an alias (AliasDrift.Drift).
@@ -31,6 +34,35 @@ type AliasDrift struct {
 	// required: ..."), or why the alias was not checked.
 	Message   string    `json:"message,omitempty"`
 	CheckedAt time.Time `json:"checked_at"`
+	// Docs is the alias's document count and EngineHealth the engine's
+	// health of it (green, yellow, red), as the last check read them
+	// (absent when not read; StatsError says why).
+	Docs         *int64 `json:"docs,omitempty"`
+	EngineHealth string `json:"engine_health,omitempty"`
+	StatsError   string `json:"stats_error,omitempty"`
+	// Health is healthy, degraded (replicas unassigned, or the definition
+	// differs), failing (primary shards unassigned, or the alias missing)
+	// or unknown (not read); HealthReason says why when it is not healthy.
+	Health       string `json:"health"`
+	HealthReason string `json:"health_reason,omitempty"`
+}
+
+// Judge sets the alias's Health from what the check found.
+func (a *AliasDrift) Judge() {
+	switch {
+	case a.EngineHealth == "red":
+		a.Health, a.HealthReason = lag.HealthFailing, "the engine reports it red: primary shards are unassigned, writes to them fail"
+	case a.Drift == DriftNone && a.Index == "":
+		a.Health, a.HealthReason = lag.HealthFailing, cmp.Or(a.Message, "the alias is missing")
+	case a.Drift == DriftDiffers:
+		a.Health, a.HealthReason = lag.HealthDegraded, a.Message
+	case a.EngineHealth == "yellow":
+		a.Health, a.HealthReason = lag.HealthDegraded, "the engine reports it yellow: replica shards are unassigned (no copy if a node fails)"
+	case a.EngineHealth == "green" && a.Drift == DriftNone:
+		a.Health, a.HealthReason = lag.HealthHealthy, ""
+	default:
+		a.Health, a.HealthReason = "unknown", cmp.Or(a.StatsError, a.Message, "not checked yet")
+	}
 }
 
 // ReindexJob is one reindex job (aa_job) as the Reindex panel shows it.

@@ -24,6 +24,18 @@ type Sampler struct {
 
 	mu   sync.RWMutex
 	last *Snapshot
+	// failing is the error of the samples since failingSince, nil while
+	// they succeed.
+	failing      error
+	failingSince time.Time
+}
+
+// Failing returns since when samples fail and the latest one's error (nil
+// while they succeed): the outbox cannot be read, and Last is from before.
+func (s *Sampler) Failing() (time.Time, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.failingSince, s.failing
 }
 
 // NewSampler returns a Sampler over r.
@@ -77,6 +89,14 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	}
 	snap, err := s.r.ReadSince(ctx, from)
 	if err != nil {
+		if ctx.Err() == nil {
+			s.mu.Lock()
+			if s.failing == nil {
+				s.failingSince = time.Now()
+			}
+			s.failing = err
+			s.mu.Unlock()
+		}
 		return nil, err
 	}
 	// The counts add up from window to window; a window that was empty
@@ -101,7 +121,7 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last = snap
+	s.last, s.failing = snap, nil
 	return snap, nil
 }
 

@@ -785,3 +785,34 @@ func auditResult(ch *Change, opts ChangeOptions) map[string]any {
 	}
 	return r
 }
+
+// Deliveries is every routed consumer's state of the event, in the order of
+// the configured consumers: its delivery row when the consumers diverged,
+// else the outbox row's state shared by them all (Delivery.Shared; a
+// dispatched event is done for each, a skipped one skipped). Without
+// routing (WithRouting) it is the event's delivery rows.
+func (a *Admin) Deliveries(l Listed) []Delivery {
+	if a.routing == nil {
+		return slices.Clone(l.Deliveries)
+	}
+	out := []Delivery{}
+	for _, c := range a.routing.routedTo(l.EventType, l.AggregateType) {
+		if d := l.Delivery(c); d != nil && !d.Shared {
+			out = append(out, *d)
+			continue
+		}
+		d := Delivery{Consumer: c, Attempts: l.Attempts, LastError: l.LastError, AvailableAt: l.AvailableAt, Shared: true}
+		switch l.Status {
+		case StatusDispatched:
+			d.State, d.DeliveredAt = DeliveryDone, l.DispatchedAt
+		case StatusFailed:
+			d.State = DeliveryFailed
+		case StatusSkipped:
+			d.State = DeliveryState(StatusSkipped)
+		default:
+			d.State = DeliveryPending
+		}
+		out = append(out, d)
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -101,6 +102,48 @@ func historySamples(t *testing.T, addr string) []dashboard.Sample {
 	return h.Samples
 }
 
+// checkThroughput compares the rates of every sample of the history
+// (aa_console_sample, not thinned) with the events dispatched in its
+// window: rate × seconds is the count, for the events handled and for each
+// consumer.
+func checkThroughput(t *testing.T, db *testenv.DB) {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT sample FROM aa_console_sample ORDER BY at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := pgx.CollectRows(rows, pgx.RowTo[dashboard.Sample])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, s := range samples {
+		secs := s.RateUntil.Sub(s.RateFrom).Seconds()
+		if secs <= 0 {
+			continue
+		}
+		var n int
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM aa_outbox_event WHERE dispatched_at >= $1 AND dispatched_at < $2`,
+			s.RateFrom, s.RateUntil).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{"handled": s.Rate}
+		for name, c := range s.Consumers {
+			got[name] = c.Rate
+		}
+		for name, rate := range got {
+			if c := int(math.Round(rate * secs)); c != n {
+				t.Errorf("sample at %s: %s %.3f/s over [%s, %s) is %d events; %d were dispatched then",
+					s.At.Format("15:04:05.000"), name, rate, s.RateFrom.Format("15:04:05"), s.RateUntil.Format("15:04:05"), c, n)
+			}
+		}
+		checked++
+	}
+	if checked < 5 {
+		t.Errorf("only %d samples had a rate window", checked)
+	}
+}
+
 // TestConsoleHistoryAcrossRelays runs relays on one outbox under a steady
 // load: while two run, one writes the history (aa_console_sample) and both
 // serve the same; after both stopped, a new relay's page in headless
@@ -142,13 +185,17 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 		t.Fatalf("relays serve different histories: %d and %d samples", len(ha), len(hb))
 	}
 	oldest := ha[0]
+	// Each sample's throughput is the outbox's own count: the events
+	// dispatched in its window, handled and per consumer (both consumers
+	// take every event).
+	checkThroughput(t, db)
 	stopRelay(t, relayA)
 	stopRelay(t, relayB)
 
 	addrC := testenv.FreeAddr(t)
 	startRelay(t, config(addrC), addrC)
 	bctx := openBrowser(t, "http://"+addrC+"/")
-	wantLines := []string{"consumer crm-hook", "index " + alias + " (search)"}
+	wantLines := []string{"crm-hook", "search → " + alias}
 	var lagChart *chartState
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		lagChart = chart(t, bctx, "lagchart")
@@ -170,8 +217,11 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 	if b := chart(t, bctx, "blockedchart"); b == nil || !slices.Equal(b.Labels, wantLines) {
 		t.Errorf("blocked chart: %+v", b)
 	}
-	if r := chart(t, bctx, "ratechart"); r == nil || len(r.Labels) != 1 {
+	if r := chart(t, bctx, "ratechart"); r == nil || !slices.Equal(r.Labels, []string{"handled (outbox)", "crm-hook", "search"}) {
 		t.Errorf("throughput chart: %+v", r)
+	}
+	if b := chart(t, bctx, "backlogchart"); b == nil || !slices.Equal(b.Labels, []string{"crm-hook", "crm-hook paused", "search", "search paused"}) {
+		t.Errorf("backlog chart: %+v", b)
 	}
 	if l := chart(t, bctx, "latencychart"); l == nil || !slices.Contains(l.Labels, "search p99") || !slices.Contains(l.Labels, "crm-hook p50") {
 		t.Errorf("latency chart: %+v", l)
@@ -445,6 +495,15 @@ fetch(%q, {method: "POST", mode: "no-cors", body: "x", headers: {"Content-Type":
 		detail, _ = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#detailjson")))
 		return strings.Contains(detail, `"name": "Ada"`) && strings.Contains(detail, `"last_error": "webhook: HTTP 500 from the endpoint"`)
 	}, "the event's page never showed its row: %q", detail)
+	if loc, err := chromedp.Run(bctx, chromedp.Location()); err != nil || !strings.HasSuffix(loc, fmt.Sprintf("/events/%d", ids[0])) {
+		t.Errorf("the event's page is at %q (%v), want …/events/%d", loc, err, ids[0])
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(rowsText(), strconv.FormatInt(ids[0], 10))
+	}, "back on the console, the events table never listed the failed events: %q", rowsText())
 	// Without the token the page refuses before asking the relay.
 	if _, err := chromedp.Run(bctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#events button[data-act="retry"][data-id="%d"]`, ids[0])))); err != nil {
 		t.Fatal(err)
@@ -668,6 +727,8 @@ func TestConsoleBulkActions(t *testing.T) {
 	}
 	run("confirm", chromedp.Click(chromedp.CSS("#confirm-yes")))
 	waitText("#actionmsg", "skip of aggregate", "the skip")
+	run("back to the console", chromedp.Navigate("http://"+addr+"/"))
+	waitText("#events tbody", strconv.FormatInt(head, 10), "the list")
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		s := eventStatus(t, db, behind)
 		return s == "dispatched" || s == "gone"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,7 +60,9 @@ func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*driftWatcher, er
 	}
 	w := &driftWatcher{eng: eng, cfg: cfg, aliases: aliases, logger: logger}
 	for _, a := range aliases {
-		w.statuses = append(w.statuses, dashboard.AliasDrift{Alias: a, Drift: dashboard.DriftUnknown, Message: "not checked yet"})
+		s := dashboard.AliasDrift{Alias: a, Drift: dashboard.DriftUnknown, Message: "not checked yet"}
+		s.Judge()
+		w.statuses = append(w.statuses, s)
 	}
 	return w, nil
 }
@@ -81,6 +84,7 @@ func (w *driftWatcher) check(ctx context.Context) []string {
 		case d.Tenancy.Mode == mapping.TenancyPerTenant:
 			// Not a warning: the reindex of each tenant's alias checks it.
 			s.Hash, s.Message = d.Hash(), "per_tenant: one index per tenant, not checked here"
+			s.Judge()
 			out = append(out, s)
 			continue
 		default:
@@ -94,7 +98,11 @@ func (w *driftWatcher) check(ctx context.Context) []string {
 			if st.Drift {
 				s.Drift = dashboard.DriftDiffers
 			}
+			if st.Index != "" {
+				w.stats(ctx, &s)
+			}
 		}
+		s.Judge()
 		if s.Message != "" {
 			msgs = append(msgs, s.Message)
 		}
@@ -107,6 +115,25 @@ func (w *driftWatcher) check(ctx context.Context) []string {
 	w.statuses, w.messages = out, msgs
 	w.mu.Unlock()
 	return msgs
+}
+
+// stats reads the alias's document count and the engine's health of it
+// (green, yellow, red); what the engine refuses is said in s.StatsError.
+func (w *driftWatcher) stats(ctx context.Context, s *dashboard.AliasDrift) {
+	var errs []string
+	if n, err := w.eng.Count(ctx, s.Alias, nil); err != nil {
+		errs = append(errs, "document count: "+err.Error())
+	} else {
+		s.Docs = &n
+	}
+	if adm, ok := w.eng.(indexer.Admin); !ok {
+		errs = append(errs, "health: the engine client cannot read it")
+	} else if h, _, err := adm.Health(ctx, s.Alias, "", 0); err != nil {
+		errs = append(errs, "health: "+err.Error())
+	} else {
+		s.EngineHealth = h
+	}
+	s.StatsError = strings.Join(errs, "; ")
 }
 
 // run re-checks every interval until ctx ends.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,8 @@ type observer struct {
 	startup *startup
 	// searchables measure commit → searchable, one per search consumer.
 	searchables []*search.Searchable
+	// publicURL is http.public_url (nil: none).
+	publicURL *url.URL
 }
 
 // newSearchable sets up the commit → searchable measurement of the search
@@ -61,7 +64,8 @@ func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *o
 	reader := lag.NewReader(pool, cfg.Database.Schema, cfg.Consumers, cfg.Routes)
 	sampler := lag.NewSampler(reader, lag.SamplerConfig{Interval: cfg.HTTP.SampleInterval}, logger)
 	reg.MustRegister(lag.NewCollector(sampler))
-	return &observer{reg: reg, metrics: metrics.New(reg), sampler: sampler, engine: engineInfo(cfg)}
+	public, _ := cfg.HTTP.ParsedPublicURL() // checked with the configuration
+	return &observer{reg: reg, metrics: metrics.New(reg), sampler: sampler, engine: engineInfo(cfg), publicURL: public}
 }
 
 // newHistory sets up the console's history (aa_console_sample), written
@@ -139,6 +143,7 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) { return partitionOwners(ctx, pool, schema) },
 		Logger:     logger,
 		Reindex:    o.reindex,
+		PublicURL:  o.publicURL,
 	}))
 	return mux
 }

@@ -226,6 +226,11 @@ type HTTP struct {
 	// X-Searchsync-Token header, to see where a live relay's memory and CPU
 	// go (docs/memory.md). Needs http.operator_token. Default false.
 	Pprof bool `yaml:"pprof"`
+	// PublicURL is the console's address when a proxy stands in front of
+	// it (https://ops.example.com/searchsync): a page served there may run
+	// the actions although the proxy forwards neither Host nor
+	// X-Forwarded-Host (docs/console.md, "Behind a proxy"). Default none.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Log configures log/slog output.
@@ -607,6 +612,11 @@ func (c *Config) validate(v *validator) {
 		v.add("http.history_retention", "must not be below http.history_interval")
 	}
 	c.checkSecret(v, SecretsOperator, "http.operator_token", c.HTTP.OperatorToken)
+	if u := c.HTTP.PublicURL; u != "" {
+		if _, err := c.HTTP.ParsedPublicURL(); err != nil {
+			v.add("http.public_url", err.Error())
+		}
+	}
 	if c.HTTP.Pprof && c.HTTP.OperatorToken == "" {
 		v.add("http.pprof", "needs http.operator_token: the profiles are served only to requests that carry it")
 	}
@@ -843,4 +853,17 @@ func lineRank(n int) int {
 		return math.MaxInt
 	}
 	return n
+}
+
+// ParsedPublicURL is http.public_url parsed (nil when unset), or why it is
+// not the address of a web page.
+func (h HTTP) ParsedPublicURL() (*url.URL, error) {
+	if h.PublicURL == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(h.PublicURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an http:// or https:// address such as https://ops.example.com/searchsync", h.PublicURL)
+	}
+	return u, nil
 }
