@@ -125,14 +125,14 @@ func (r *Relay) logPostponed(acks []ackRow) {
 		delays[k] = max(delays[k], delay)
 	}
 	for _, a := range acks {
-		switch {
-		case a.outcome == "retry":
+		switch a.outcome {
+		case "retry":
 			// Every routed consumer alike: "<consumer>: <reason>; …".
 			for _, part := range strings.Split(a.lastError, "; ") {
 				c, reason, _ := strings.Cut(part, ": ")
 				note(c, reason, a.delay)
 			}
-		case a.outcome == "pending":
+		case "pending":
 			for _, d := range a.rows {
 				if d.state == rowPending && d.lastError != "" && d.delay != holdDelay {
 					note(d.consumer, d.lastError, d.delay)
