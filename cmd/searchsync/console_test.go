@@ -217,7 +217,7 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 	if b := chart(t, bctx, "blockedchart"); b == nil || !slices.Equal(b.Labels, wantLines) {
 		t.Errorf("blocked chart: %+v", b)
 	}
-	if r := chart(t, bctx, "ratechart"); r == nil || !slices.Equal(r.Labels, []string{"handled (outbox)", "crm-hook", "search"}) {
+	if r := chart(t, bctx, "ratechart"); r == nil || !slices.Equal(r.Labels, []string{"crm-hook", "search", "handled (outbox)"}) {
 		t.Errorf("throughput chart: %+v", r)
 	}
 	if b := chart(t, bctx, "backlogchart"); b == nil || !slices.Equal(b.Labels, []string{"crm-hook", "crm-hook paused", "search", "search paused"}) {

@@ -11,9 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -142,6 +144,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		return err == nil && f > 0
 	}, "dashboard throughput stayed %q", throughput)
 
+	// A healthy system says so, in green (a transient push-back of the
+	// engine may make a sample degraded: wait for a healthy one).
+	var state string
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[document.getElementById("healthstate").textContent,
+			getComputedStyle(document.getElementById("health")).backgroundColor]`))
+		if err != nil || len(v) != 2 {
+			return false
+		}
+		state = v[0] + " " + v[1]
+		return state == "healthy rgb(236, 253, 245)"
+	}, "the health line never said healthy in green: %q", state)
+	if ix := text("#indexes tbody"); !strings.Contains(ix, alias) || !strings.Contains(ix, "green\thealthy") {
+		t.Errorf("indexes table: %q", ix)
+	}
+
 	// The lag on the page (the deliverable lag) agrees with /metrics (both
 	// read the same sampler; allow for one sampling interval between the two
 	// reads).
@@ -197,9 +215,12 @@ func TestDashboardInBrowser(t *testing.T) {
 }
 
 // TestDashboardSeparatesLagFromStuck serves the dashboard over a sampler of
-// an outbox set up by SQL (no relay): one poison head two hours old among
-// fresh events, and a paused webhook. The headline lag is the fresh events'
-// age; the poison and the pause show in the blocked/failed/paused panel.
+// an outbox set up by SQL (a live relay's heartbeat, no relay): one poison
+// head two hours old among fresh events, and a paused webhook. The headline
+// lag is the fresh events' age; the poison and the pause show in the
+// blocked/failed/paused panel; the first screen says "degraded" in amber
+// with both reasons, and every event link opens the event's own page. Then
+// the engine goes away too (the search consumer paused): "down" in red.
 func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -217,6 +238,12 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	}
 	routes := []config.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}}}
 	smp := lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
+	// A live relay: what holds the events back is the incident, not a
+	// missing relay.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO aa_relay_instance (id, hostname, pid, partitions, expires_at)
+		VALUES ('relay-1', 'host', 1, 16, now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
 	snap, err := smp.Sample(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +264,21 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	hist := dashboard.NewHistory(db.Pool, smp, dashboard.HistoryConfig{Schema: db.Schema, Instance: "test"}, nil)
 	// No operator token: the console is read-only.
 	events := &dashboard.Events{Admin: outbox.NewAdmin(db.Schema).WithRouting(routing(&config.Config{Consumers: consumers, Routes: routes})), DB: db.Pool}
-	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", History: hist, Events: events}))
+	// The index as the drift watcher reads it while the engine is away.
+	engineDown := atomic.Bool{}
+	indexes := &dashboard.Reindex{Aliases: func() []dashboard.AliasDrift {
+		a := dashboard.AliasDrift{Alias: "customers", Index: "customers_v1", Drift: dashboard.DriftNone, EngineHealth: "green"}
+		if engineDown.Load() {
+			a = dashboard.AliasDrift{Alias: "customers", Drift: dashboard.DriftUnknown,
+				Message: "cannot check index customers: dial tcp 127.0.0.1:9200: connect: connection refused"}
+		} else {
+			n := int64(1204)
+			a.Docs = &n
+		}
+		a.Judge()
+		return []dashboard.AliasDrift{a}
+	}}
+	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", History: hist, Events: events, Reindex: indexes}))
 	t.Cleanup(srv.Close)
 
 	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
@@ -299,12 +340,90 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	if b := text("#blockedtbl tbody"); !strings.Contains(b, "mapper_parsing_exception") || !strings.Contains(b, "search") {
 		t.Errorf("blocked aggregates:\n%s", b)
 	}
+	if ix := text("#indexes tbody"); !strings.Contains(ix, "customers_v1\t1204\tgreen\thealthy") {
+		t.Errorf("indexes table:\n%s", ix)
+	}
+
+	// The first screen: degraded, in amber, with both reasons.
+	health := func() (state, colour, reasons string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[document.getElementById("healthstate").textContent,
+			getComputedStyle(document.getElementById("health")).backgroundColor, document.getElementById("healthreasons").innerText,
+			String(document.getElementById("health").getBoundingClientRect().top < innerHeight)]`))
+		if err != nil || len(v) != 4 {
+			t.Fatalf("read the health line: %v %v", v, err)
+		}
+		if v[3] != "true" {
+			t.Errorf("the health line is not on the first screen")
+		}
+		return v[0], v[1], v[2]
+	}
+	state, colour, reasons := health()
+	if state != "degraded" || colour != "rgb(255, 251, 235)" {
+		t.Errorf("health line %q in %s, want degraded in amber (rgb(255, 251, 235))", state, colour)
+	}
+	for _, want := range []string{"search: 1 failed event holds 1 aggregate for an operator", "mapper_parsing_exception",
+		"crm-hook: paused for 5m", "connection refused", "1 events delivered out of id order"} {
+		if !strings.Contains(reasons, want) {
+			t.Errorf("the health reasons lack %q:\n%s", want, reasons)
+		}
+	}
+	if v, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#consumers [data-health]")].map((e) => e.dataset.health + " " + getComputedStyle(e).backgroundColor)`)); err != nil ||
+		!slices.Equal(v, []string{"failing rgb(185, 28, 28)", "paused rgb(194, 65, 12)"}) {
+		t.Errorf("consumer pills %v (%v), want failing in red, paused in orange", v, err)
+	}
+	if v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("t-failed").dataset.state + " " + document.getElementById("t-paused").dataset.state`)); err != nil || v != "bad warn" {
+		t.Errorf("tiles failed/paused: %q (%v), want bad warn", v, err)
+	}
 	if out := os.Getenv("SEARCHSYNC_STUCK_SCREENSHOT"); out != "" {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)
 		}
 		os.WriteFile(out, png, 0o644)
+	}
+
+	// Every event link of every table opens the event's own page.
+	links, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("a.evlink")].map((a) => a.href)`))
+	if err != nil || len(links) < 3 {
+		t.Fatalf("event links %v (%v): want the held, events and blocked tables' heads", links, err)
+	}
+	for _, href := range links {
+		if _, err := chromedp.Run(bctx, chromedp.Navigate(href)); err != nil {
+			t.Fatalf("open %s: %v", href, err)
+		}
+		id := href[strings.LastIndex(href, "/")+1:]
+		var title, deliveries, lastErr string
+		testenv.Eventually(t, 20*time.Second, func() bool {
+			title, deliveries, lastErr = text("#detailtitle"), text("#deliveries tbody"), text("#lasterror")
+			return strings.HasPrefix(title, "Event "+id+" ·")
+		}, "%s never showed event %s: %q", href, id, title)
+		if !strings.Contains(deliveries, "search") || !strings.Contains(deliveries, "crm-hook") || !strings.Contains(lastErr, "mapper_parsing_exception") {
+			t.Errorf("event %s: deliveries %q, last error %q", id, deliveries, lastErr)
+		}
+	}
+
+	// The engine goes away: the search consumer pauses as well, nothing is
+	// delivered: down, in red.
+	engineDown.Store(true)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO aa_outbox_consumer (consumer, state, paused_at, reason, probes)
+		VALUES ('search', 'paused', now(), 'search engine unavailable: dial tcp 127.0.0.1:9200: connect: connection refused', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := smp.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { state, colour, reasons = health(); return state == "down" }, "the page never said down: %q", state)
+	if colour != "rgb(254, 242, 242)" || !strings.Contains(reasons, "search: paused") || !strings.Contains(reasons, "search engine unavailable") {
+		t.Errorf("down in %s with reasons:\n%s", colour, reasons)
+	}
+	if ix := text("#indexes tbody"); !strings.Contains(ix, "unknown") || !strings.Contains(ix, "connection refused") {
+		t.Errorf("indexes table while the engine is away:\n%s", ix)
 	}
 }
 

@@ -193,19 +193,26 @@ function draw(id, defs, unit) {
   window.consoleCharts[id] = u;
 }
 
+// layered gives the lines of a chart widths from wide (the first) to thin
+// (the last), so that lines with the same values stay visible one on the
+// other (two consumers delivering every event alike).
+function layered(defs) {
+  return defs.map((d, i) => Object.assign({width: 2 + 2.5 * (defs.length - 1 - i)}, d));
+}
+
 function drawCharts() {
   const cs = consumers(hist.samples);
   const of = (s, n) => (s.consumers || {})[n];
-  draw("lagchart", cs.map((c, i) => ({label: c.label, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x ? x.lag : null; }})), "seconds");
-  draw("blockedchart", cs.map((c, i) => ({label: c.label, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x ? x.blocked : null; }})), "aggregates");
-  draw("ratechart", [{label: "handled (outbox)", color: "#1d2430", dash: [4, 3], value: (s) => s.rate}].concat(
-    cs.map((c, i) => ({label: c.name, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x && x.rate !== undefined ? x.rate : null; }}))), "events/s");
+  draw("lagchart", layered(cs.map((c, i) => ({label: c.label, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x ? x.lag : null; }}))), "seconds");
+  draw("blockedchart", layered(cs.map((c, i) => ({label: c.label, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x ? x.blocked : null; }}))), "aggregates");
+  draw("ratechart", layered(cs.map((c, i) => ({label: c.name, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x && x.rate !== undefined ? x.rate : null; }}))).concat(
+    [{label: "handled (outbox)", color: "#1d2430", dash: [4, 3], width: 1.5, value: (s) => s.rate}]), "events/s");
   // The backlog of each consumer, and the same again, thick, while it is
   // paused: a paused consumer's growing backlog stands out.
   const bl = [];
   cs.forEach((c, i) => {
-    bl.push({label: c.name, color: palette[i % palette.length], value: (s) => { const x = of(s, c.name); return x && x.pending !== undefined ? x.pending : null; }});
-    bl.push({label: c.name + " paused", color: palette[i % palette.length], width: 6,
+    bl.push({label: c.name, color: palette[i % palette.length], width: 2 + 2.5 * (cs.length - 1 - i), value: (s) => { const x = of(s, c.name); return x && x.pending !== undefined ? x.pending : null; }});
+    bl.push({label: c.name + " paused", color: "#c2410c", width: 8, dash: [2, 2],
       value: (s) => { const x = of(s, c.name); return x && x.paused && x.pending !== undefined ? x.pending : null; }});
   });
   draw("backlogchart", bl, "events");
