@@ -40,6 +40,9 @@ type AliasDrift struct {
 	Docs         *int64 `json:"docs,omitempty"`
 	EngineHealth string `json:"engine_health,omitempty"`
 	StatsError   string `json:"stats_error,omitempty"`
+	// SearchableOff says why commit → searchable is not measured for the
+	// alias (the engine refuses its refresh stats), "" when it is.
+	SearchableOff string `json:"searchable_off,omitempty"`
 	// Health is healthy, degraded (replicas unassigned, or the definition
 	// differs), failing (primary shards unassigned, or the alias missing)
 	// or unknown (not read); HealthReason says why when it is not healthy.

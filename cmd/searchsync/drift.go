@@ -91,6 +91,7 @@ func (w *driftWatcher) check(ctx context.Context) []string {
 			st, err := mapping.Check(ctx, w.eng, d)
 			if err != nil {
 				s.Hash, s.Message = d.Hash(), "cannot check index "+a+": "+err.Error()
+				w.stats(ctx, &s) // what the engine user may still read of it
 				break
 			}
 			s.Index, s.Hash, s.LiveHash = st.Index, st.Hash, st.LiveHash
@@ -128,10 +129,15 @@ func (w *driftWatcher) stats(ctx context.Context, s *dashboard.AliasDrift) {
 	}
 	if adm, ok := w.eng.(indexer.Admin); !ok {
 		errs = append(errs, "health: the engine client cannot read it")
-	} else if h, _, err := adm.Health(ctx, s.Alias, "", 0); err != nil {
-		errs = append(errs, "health: "+err.Error())
 	} else {
-		s.EngineHealth = h
+		if h, _, err := adm.Health(ctx, s.Alias, "", 0); err != nil {
+			errs = append(errs, "health: "+err.Error())
+		} else {
+			s.EngineHealth = h
+		}
+		if _, err := adm.Refreshes(ctx, s.Alias); search.StatsRefused(err) {
+			s.SearchableOff = search.SearchableOffNote(s.Alias, err)
+		}
 	}
 	s.StatsError = strings.Join(errs, "; ")
 }

@@ -156,6 +156,15 @@ routes:
 	if code == 0 || !strings.Contains(stderr, "user "+v["SEARCHSYNC_SECURE_READONLY_USER"]+" lacks the privilege") {
 		t.Errorf("read-only user: exit %d:\n%s", code, stderr)
 	}
+	// `status` as the read-only user, which may not read index stats: the
+	// index's documents and health, and a note that commit → searchable is
+	// not measured with such a user.
+	out, stderr, code = runCLI(t, env, "-c", cfg, "status")
+	seen.WriteString(out + stderr)
+	if code != 0 || !strings.Contains(out, "INDEX") ||
+		!strings.Contains(out, "note: commit → searchable latency is not measured: the engine user may not read the stats of "+alias) {
+		t.Errorf("status as the read-only user (exit %d):\n%s\n%s", code, out, stderr)
+	}
 	// A wrong CA: start-up stops at once, naming engine.tls.ca_file.
 	cfg = conf(v["SEARCHSYNC_SECURE_WRITER_USER"], v["SEARCHSYNC_SECURE_WRITER_PASSWORD"], "    ca_file: "+writeOtherCA(t))
 	out, stderr, code = runCLI(t, env, "-c", cfg, "run")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if drift != nil {
 		doc.Drift = append(doc.Drift, drift.check(ctx)...)
+		doc.Indexes = drift.aliasStates()
 		indexer.Close(drift.eng)
 	}
 	if c.JSON {
@@ -47,6 +49,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	printEngine(os.Stdout, doc.Engine)
 	printStatus(os.Stdout, s)
+	printIndexes(os.Stdout, doc.Indexes)
 	for _, d := range doc.Drift {
 		fmt.Fprintln(os.Stdout, "\nDRIFT:", d)
 	}
@@ -61,6 +64,34 @@ type statusDoc struct {
 	// Engine is how the search engine is reached (auth method, TLS), or
 	// absent without a search consumer.
 	Engine *dashboard.Engine `json:"engine,omitempty"`
+	// Indexes are the search consumers' aliases with their documents and
+	// health (what the console's Indexes table shows).
+	Indexes []dashboard.AliasDrift `json:"indexes,omitempty"`
+}
+
+// printIndexes prints the aliases of the search consumers: the live index,
+// documents, the engine's health and the verdict, and a note when commit →
+// searchable is not measured.
+func printIndexes(out io.Writer, ix []dashboard.AliasDrift) {
+	if len(ix) == 0 {
+		return
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tLIVE INDEX\tDOCUMENTS\tENGINE HEALTH\tHEALTH\tWHY")
+	for _, a := range ix {
+		docs := "-"
+		if a.Docs != nil {
+			docs = fmt.Sprint(*a.Docs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Alias, cmp.Or(a.Index, "-"), docs, cmp.Or(a.EngineHealth, "-"), a.Health, oneLineStatus(a.HealthReason))
+	}
+	tw.Flush()
+	for _, a := range ix {
+		if a.SearchableOff != "" {
+			fmt.Fprintf(out, "note: %s\n", a.SearchableOff)
+		}
+	}
 }
 
 func printStatus(out io.Writer, s *lag.Snapshot) {

@@ -111,7 +111,8 @@ function indexRows(ix) {
   $("indexesnone").hidden = ix.length > 0;
   $("indexes").hidden = ix.length === 0;
   rows("indexes", ix, (a) => [a.alias, a.index || "–", a.docs === undefined ? "–" : a.docs, a.engine_health || "–",
-    {html: pill(a.health, a.health_reason) + (a.health_reason ? ` <span class="reason">${esc(a.health_reason)}</span>` : "")},
+    {html: pill(a.health, a.health_reason) + (a.health_reason ? ` <span class="reason">${esc(a.health_reason)}</span>` : "") +
+      (a.searchable_off ? `<div class="reason" data-testid="searchable-off">${esc(a.searchable_off)}</div>` : "")},
     a.checked_at && !a.checked_at.startsWith("0001") ? new Date(a.checked_at).toLocaleTimeString() : "–"]);
 }
 

@@ -163,6 +163,21 @@ func (s *Searchable) CheckStats(ctx context.Context, index string) {
 	}
 }
 
+// StatsRefused reports whether the engine refuses the refresh stats the
+// commit → searchable measurement reads for good: 401/403, or an engine
+// that does not serve them (not asked again).
+func StatsRefused(err error) bool { return refused(err) }
+
+// SearchableOffNote is what `status` and the console say when the engine
+// refuses the refresh stats of index with err.
+func SearchableOffNote(index string, err error) string {
+	if indexer.IsUnsupported(err) {
+		return "commit → searchable latency is not measured: OpenSearch Serverless serves no index stats"
+	}
+	return "commit → searchable latency is not measured: the engine user may not read the stats of " + index +
+		" (grant indices:monitor/stats; docs/engine-connection.md)"
+}
+
 // refused reports whether the engine refuses the refresh stats for good:
 // 401/403, or an engine that does not serve them (not asked again).
 func refused(err error) bool {
