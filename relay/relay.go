@@ -1141,13 +1141,22 @@ func (r *Relay) ackArgs(c claimable, acks []ackRow) ackArgs {
 			dDelay = append(dDelay, d.delay.Milliseconds())
 		}
 	}
+	// The same pairs counted per consumer, for ackHeldSQL.
+	perConsumer := map[string]int64{}
+	for _, c := range pConsumer {
+		perConsumer[c]++
+	}
+	heldConsumers, heldCounts := make([]string, 0, len(perConsumer)), make([]int64, 0, len(perConsumer))
+	for c, n := range perConsumer {
+		heldConsumers, heldCounts = append(heldConsumers, c), append(heldCounts, n)
+	}
 	// Empty, not nil: unnest of a NULL array is fine, but = ANY of NULL is
 	// unknown; keep every array typed and present.
 	return ackArgs{
 		all: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay, newAttempts,
 			nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows),
 			nonNil(pID), nonNil(pConsumer)},
-		held: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, nonNil(pID), nonNil(pConsumer)},
+		held: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, heldConsumers, heldCounts},
 	}
 }
 

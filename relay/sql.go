@@ -247,14 +247,16 @@ SELECT count(*) FROM upd`
 // countDeliveredCTE adds what an ack's statement changed to
 // aa_consumer_throughput, in the same statement (so a retried ack counts
 // nothing twice and a fenced one nothing at all): per consumer the (event,
-// consumer) pairs ($18/$19 of ackSQL, $5/$6 of ackHeldSQL) whose event the
-// statement updated (upd), and as consumer '*' the events it dispatched or
-// skipped. The row is this second's of this connection, so no two
-// statements ever wait for each other's row lock; the lag reader sums them.
+// consumer) pairs ($18/$19) whose event the statement updated (upd), and as
+// consumer '*' the events it dispatched or skipped. The row is this
+// second's of this connection, so no two statements ever wait for each
+// other's row lock; the lag reader sums them. (ackHeldSQL counts per
+// consumer instead of per pair: about 1 µs of PostgreSQL's CPU less per
+// event.)
 const countDeliveredCTE = `counted AS (
 	INSERT INTO {s}.aa_consumer_throughput AS t (second, consumer, backend, events)
 	SELECT date_trunc('second', now()), c.consumer, pg_backend_pid(), count(*)
-	FROM (SELECT d.consumer FROM unnest({pair_ids}::bigint[], {pair_consumers}::text[]) AS d(id, consumer)
+	FROM (SELECT d.consumer FROM unnest($18::bigint[], $19::text[]) AS d(id, consumer)
 	      WHERE d.id IN (SELECT u.id FROM upd u)
 	      UNION ALL
 	      SELECT '*' FROM upd u WHERE u.outcome IN ('dispatched', 'skipped')) c
@@ -291,10 +293,23 @@ upd AS (
 	UPDATE {s}.aa_outbox_event e SET status = 'dispatched', dispatched_at = now()
 	WHERE e.id = ANY($4::bigint[]) AND e.status = 'pending'
 	  AND (SELECT n FROM held) = cardinality($2::int[])
-	RETURNING e.id, 'dispatched'::text AS outcome
+	RETURNING 1
 ),
-` + countDeliveredCTE + `
-SELECT count(*) FROM upd`
+n AS (SELECT count(*) AS n FROM upd),
+counted AS (
+	-- Every event delivered to every consumer it is routed to: $5/$6 the
+	-- events per consumer, counted when every id was updated (else the
+	-- rows acked before were counted then; see countDeliveredCTE).
+	INSERT INTO {s}.aa_consumer_throughput AS t (second, consumer, backend, events)
+	SELECT date_trunc('second', now()), c.consumer, pg_backend_pid(), c.events
+	FROM (SELECT * FROM unnest($5::text[], $6::bigint[]) AS c(consumer, events)
+	      WHERE (SELECT n FROM n) = cardinality($4::bigint[])
+	      UNION ALL
+	      SELECT '*', n FROM n) c
+	WHERE c.events > 0
+	ON CONFLICT (second, consumer, backend) DO UPDATE SET events = t.events + excluded.events
+)
+SELECT n FROM n`
 
 // Consumer pause statements ($1 is always the consumer).
 const (
@@ -496,8 +511,8 @@ func batchSizes(batch, maxBatch int) []int {
 func newQueries(schema string, partitions, batch, maxBatch int) queries {
 	r := strings.NewReplacer("{s}", pgx.Identifier{schema}.Sanitize(), "{partitions}", strconv.Itoa(partitions))
 	q := queries{
-		ack:                 strings.NewReplacer("{pair_ids}", "$18", "{pair_consumers}", "$19").Replace(r.Replace(ackSQL)),
-		ackHeld:             strings.NewReplacer("{pair_ids}", "$5", "{pair_consumers}", "$6").Replace(r.Replace(ackHeldSQL)),
+		ack:                 r.Replace(ackSQL),
+		ackHeld:             r.Replace(ackHeldSQL),
 		ensurePartitions:    r.Replace(ensurePartitionsSQL),
 		otherPartitionCount: r.Replace(otherPartitionCountSQL),
 		trimPartitions:      r.Replace(trimPartitionsSQL),
