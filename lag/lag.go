@@ -2,7 +2,7 @@
 // outbox itself. The relay's dashboard, its Prometheus metrics and
 // `searchsync status` all read the same Snapshot, so they agree.
 //
-// Lag separates "behind" from "stuck" (design §12d). Per consumer (and so per
+// Lag separates "behind" from "stuck" (docs/lag.md). Per consumer (and so per
 // index of a search consumer) a Snapshot holds:
 //   - the deliverable lag and backlog: the age of the oldest event the
 //     consumer could be given now, and how many there are (docs/consumers.md,

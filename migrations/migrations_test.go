@@ -18,7 +18,7 @@ type column struct {
 	notNull        bool
 }
 
-// The spec's table, column by column (spec/outbox-event.md).
+// The spec's table, column by column (docs/outbox.md, "The schema").
 var wantColumns = []column{
 	{"id", "bigint", "nextval('%aa_outbox_event_id_seq'::regclass)", true},
 	{"tenant_id", "uuid", "", false},

@@ -1,4 +1,4 @@
--- Independent consumers (design §12a–12b). The outbox row keeps the spec's
+-- Independent consumers (docs/consumers.md). The outbox row keeps the spec's
 -- meaning (dispatched when every routed consumer has the event); what each
 -- consumer has done with an event lives here, and only for events whose
 -- consumers went different ways: while every routed consumer is in the same

@@ -453,7 +453,7 @@ func TestNatsOutage(t *testing.T) {
 	if during.pending == 0 {
 		t.Errorf("expected pending events during the outage: %+v", during)
 	}
-	// An outage is not a failure of the events (design 12a): the consumer
+	// An outage is not a failure of the events (docs/consumers.md): the consumer
 	// pauses and attempts do not move. Only a batch in flight when the
 	// server stopped, which delivered some events, may count one attempt
 	// for the others.
