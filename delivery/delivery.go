@@ -3,7 +3,8 @@
 // Outcome of one event at one consumer, and the partition lease a delivery
 // context carries (the fence a consumer checks before every request). It
 // imports nothing of the project but outbox, so that any layer may use it;
-// sink re-exports it for consumers.
+// it is the one name of these: consumers, the relay and indexer all write
+// delivery.Outcome, delivery.Poisonf, delivery.CheckLease.
 package delivery
 
 import (

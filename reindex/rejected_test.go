@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -75,11 +75,11 @@ func TestTargetRejectionFailsTheJobNotTheEvent(t *testing.T) {
 	// Unavailable; the relay would pause and deliver it again, and so does
 	// the test, for up to 2 minutes.
 	out := cons.Deliver(b.ctx, []*outbox.Event{&ev})
-	for began := time.Now(); out[0].Kind == sink.Unavailable && time.Since(began) < 2*time.Minute; {
+	for began := time.Now(); out[0].Kind == delivery.Unavailable && time.Since(began) < 2*time.Minute; {
 		t.Logf("live event unavailable (%s); delivering it again", out[0].Reason)
 		out = cons.Deliver(b.ctx, []*outbox.Event{&ev})
 	}
-	if out[0].Kind != sink.OK {
+	if out[0].Kind != delivery.OK {
 		t.Errorf("live event: %v %s; want OK (the live index took it, only the reindex target refused it)", out[0].Kind, out[0].Reason)
 	}
 	if docs, err := b.eng.MGet(b.ctx, v1, []string{ev.AggregateID.String()}); err != nil || len(docs) != 1 {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // maxWriteRounds bounds how often ops answered Retry (a 5xx of the item
@@ -78,16 +78,16 @@ func (w *writer) bulk(ctx context.Context, ops []indexer.BulkOp) error {
 		var unavailable, retry string
 		for i, o := range outs {
 			switch o.Kind {
-			case sink.OK:
+			case delivery.OK:
 				w.written.Add(1)
-			case sink.Stale:
+			case delivery.Stale:
 				w.stale.Add(1)
-			case sink.Poison:
+			case delivery.Poison:
 				return fmt.Errorf("reindex: the engine rejected a write: %s", o.Reason)
-			case sink.Retry:
+			case delivery.Retry:
 				retry = o.Reason
 				again = append(again, pending[i])
-			case sink.Unavailable:
+			case delivery.Unavailable:
 				unavailable = o.Reason
 				again = append(again, pending[i])
 			default: // NotAttempted

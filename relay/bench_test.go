@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // noop delivers everything at once; with down set it is a consumer whose
@@ -25,12 +25,12 @@ type noop struct {
 }
 
 func (n noop) Name() string { return cmp.Or(n.name, "noop") }
-func (n noop) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (n noop) Deliver(_ context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	for i := range out {
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 		if n.down {
-			out[i] = sink.Unavailablef("down")
+			out[i] = delivery.Unavailablef("down")
 		}
 	}
 	return out
@@ -283,15 +283,15 @@ func releaseAll(b *testing.B, r *Relay) {
 type engineLike struct{ perEvent time.Duration }
 
 func (engineLike) Name() string { return "engine-like" }
-func (c engineLike) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+func (c engineLike) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
 	select {
 	case <-ctx.Done():
-		return make([]sink.Outcome, len(events))
+		return make([]delivery.Outcome, len(events))
 	case <-time.After(time.Duration(len(events)) * c.perEvent):
 	}
-	out := make([]sink.Outcome, len(events))
+	out := make([]delivery.Outcome, len(events))
 	for i := range out {
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

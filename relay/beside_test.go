@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // holder is a consumer that holds the delivery of one event until open is
@@ -28,8 +28,8 @@ type holder struct {
 
 func (g *holder) Name() string { return "holder" }
 
-func (g *holder) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (g *holder) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	for i, e := range events {
 		g.mu.Lock()
 		g.handed = append(g.handed, e.ID)
@@ -42,7 +42,7 @@ func (g *holder) Deliver(ctx context.Context, events []*outbox.Event) []sink.Out
 				return out
 			}
 		}
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

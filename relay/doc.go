@@ -33,11 +33,11 @@
 // for it; its events are delivered again by the new owner (at-least-once).
 //
 // Deliveries are fenced as well (fence.go): every batch's context carries a
-// sink.Lease. Until the local deadline (start of the last successful renewal
+// delivery.Lease. Until the local deadline (start of the last successful renewal
 // + LeaseTTL - LeaseTTL/5, monotonic clock) and while every partition of the
 // batch is still held with its claimed epoch, Check is nil; consumers call it
 // before every request, and the relay cancels the context (cause
-// sink.ErrLeaseExpired) when the deadline passes, cutting requests in flight.
+// delivery.ErrLeaseExpired) when the deadline passes, cutting requests in flight.
 // Token gives the (partition, epoch) fencing token receivers get as headers.
 //
 // # Claiming

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // Fencing of deliveries (docs/consumers.md): a batch is delivered only while
@@ -21,7 +21,7 @@ import (
 // and for a request to leave.
 func fenceMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 
-// batchLease is the sink.Lease of one batch.
+// batchLease is the delivery.Lease of one batch.
 type batchLease struct {
 	l     *leases
 	c     claimable
@@ -40,7 +40,7 @@ func newBatchLease(l *leases, c claimable, evs []claimed) *batchLease {
 	return b
 }
 
-// Token implements sink.Lease.
+// Token implements delivery.Lease.
 func (b *batchLease) Token(e *outbox.Event) (int, int64, bool) {
 	p, ok := b.part[e.ID]
 	if !ok {
@@ -50,15 +50,15 @@ func (b *batchLease) Token(e *outbox.Event) (int, int64, bool) {
 	return int(p), ep, ok
 }
 
-// Check implements sink.Lease.
+// Check implements delivery.Lease.
 func (b *batchLease) Check() error {
 	if !b.l.holds(b.c) {
-		return sink.ErrLeaseExpired
+		return delivery.ErrLeaseExpired
 	}
 	return nil
 }
 
-// fenceDelivery cancels ctx (cause sink.ErrLeaseExpired) when the batch's
+// fenceDelivery cancels ctx (cause delivery.ErrLeaseExpired) when the batch's
 // lease can no longer be proven, until ctx is done otherwise.
 func (r *Relay) fenceDelivery(ctx context.Context, cancel context.CancelCauseFunc, b *batchLease) {
 	for {

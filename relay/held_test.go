@@ -9,10 +9,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // gate is a consumer whose first delivery asks for a retry and whose second
@@ -32,16 +32,16 @@ func newGate(name string) *gate {
 
 func (g *gate) Name() string { return g.name }
 
-func (g *gate) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+func (g *gate) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
 	g.mu.Lock()
 	g.calls++
 	n := g.calls
 	g.mu.Unlock()
-	out := make([]sink.Outcome, len(events))
+	out := make([]delivery.Outcome, len(events))
 	switch n {
 	case 1:
 		for i := range out {
-			out[i] = sink.Retryf("not yet")
+			out[i] = delivery.Retryf("not yet")
 		}
 		return out
 	case 2:
@@ -53,7 +53,7 @@ func (g *gate) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outco
 		}
 	}
 	for i := range out {
-		out[i] = sink.Outcome{Kind: sink.OK}
+		out[i] = delivery.Outcome{Kind: delivery.OK}
 	}
 	return out
 }

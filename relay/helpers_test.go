@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
@@ -167,8 +168,8 @@ func newHook(name, url string) *hook {
 
 func (h *hook) Name() string { return h.name }
 
-func (h *hook) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (h *hook) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	groups := map[string][]int{}
 	for i, e := range events {
 		key := e.AggregateKey()
@@ -195,18 +196,18 @@ func (h *hook) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outco
 	return out
 }
 
-func (h *hook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
+func (h *hook) post(ctx context.Context, e *outbox.Event) delivery.Outcome {
 	body, err := sink.Body(e)
 	if err != nil {
-		return sink.Poisonf("%v", err)
+		return delivery.Poisonf("%v", err)
 	}
-	if err := sink.CheckLease(ctx); err != nil {
+	if err := delivery.CheckLease(ctx); err != nil {
 		h.mu.Lock()
 		h.tokens = append(h.tokens, token{id: e.ID, leaseRejected: true})
 		h.mu.Unlock()
-		return sink.Outcome{Reason: err.Error()}
+		return delivery.Outcome{Reason: err.Error()}
 	}
-	if l, ok := sink.LeaseOf(ctx); ok {
+	if l, ok := delivery.LeaseOf(ctx); ok {
 		p, ep, ok := l.Token(e)
 		h.mu.Lock()
 		h.tokens = append(h.tokens, token{id: e.ID, part: p, epoch: ep, ok: ok})
@@ -216,21 +217,21 @@ func (h *hook) post(ctx context.Context, e *outbox.Event) sink.Outcome {
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if h.outages {
-			return sink.Unavailablef("%v", err)
+			return delivery.Unavailablef("%v", err)
 		}
-		return sink.Retryf("%v", err)
+		return delivery.Retryf("%v", err)
 	}
 	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	switch s := resp.StatusCode; {
 	case s < 300:
-		return sink.Ok()
+		return delivery.Ok()
 	case h.outages && (s == 429 || s >= 500):
-		return sink.Unavailablef("HTTP %d: %s", s, msg)
+		return delivery.Unavailablef("HTTP %d: %s", s, msg)
 	case s == 408 || s == 429 || s >= 500:
-		return sink.Retryf("HTTP %d: %s", s, msg)
+		return delivery.Retryf("HTTP %d: %s", s, msg)
 	default:
-		return sink.Poisonf("HTTP %d: %s", s, msg)
+		return delivery.Poisonf("HTTP %d: %s", s, msg)
 	}
 }
 

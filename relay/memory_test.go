@@ -11,10 +11,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // batchWatcher is a consumer that remembers a weak pointer to the first event of
@@ -31,7 +31,7 @@ type batchWatcher struct {
 
 func (k *batchWatcher) Name() string { return "batch-watcher" }
 
-func (k *batchWatcher) Deliver(_ context.Context, evs []*outbox.Event) []sink.Outcome {
+func (k *batchWatcher) Deliver(_ context.Context, evs []*outbox.Event) []delivery.Outcome {
 	k.mu.Lock()
 	k.batches = append(k.batches, weak.Make(evs[0]))
 	n := len(k.batches)
@@ -51,9 +51,9 @@ func (k *batchWatcher) Deliver(_ context.Context, evs []*outbox.Event) []sink.Ou
 		k.mu.Unlock()
 		k.alive <- alive
 	}
-	out := make([]sink.Outcome, len(evs))
+	out := make([]delivery.Outcome, len(evs))
 	for i := range out {
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

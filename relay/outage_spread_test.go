@@ -11,10 +11,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // TestPartitionsSpreadAfterADatabaseOutage takes the database away from two
@@ -259,25 +259,25 @@ type spreadConsumer struct {
 
 func (c *spreadConsumer) Name() string { return "recorder" }
 
-func (c *spreadConsumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (c *spreadConsumer) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	for i, e := range events {
-		if err := sink.CheckLease(ctx); err != nil {
-			out[i] = sink.Retryf("%v", err)
+		if err := delivery.CheckLease(ctx); err != nil {
+			out[i] = delivery.Retryf("%v", err)
 			continue
 		}
-		l, ok := sink.LeaseOf(ctx)
+		l, ok := delivery.LeaseOf(ctx)
 		if !ok {
-			out[i] = sink.Poisonf("no lease in the delivery context")
+			out[i] = delivery.Poisonf("no lease in the delivery context")
 			continue
 		}
 		p, epoch, ok := l.Token(e)
 		if !ok {
-			out[i] = sink.Poisonf("no lease token for event %d", e.ID)
+			out[i] = delivery.Poisonf("no lease token for event %d", e.ID)
 			continue
 		}
 		c.rec.add(spreadDelivery{relay: c.relay, part: p, epoch: epoch, at: time.Now()})
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

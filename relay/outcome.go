@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // Delivery row states (aa_outbox_delivery.state).
@@ -90,8 +90,8 @@ type result struct {
 
 // consumerAnswer is what one consumer said about its events of a batch.
 type consumerAnswer struct {
-	out       []sink.Outcome // by position in its event list
-	delivered bool           // at least one OK or Stale
+	out       []delivery.Outcome // by position in its event list
+	delivered bool               // at least one OK or Stale
 	// unavailable: the first Unavailable reason, when the consumer
 	// delivered nothing (it is then paused); retryAfter the longest
 	// Retry-After of those answers.
@@ -163,7 +163,7 @@ func (r *Relay) deliver(ctx context.Context, evs []claimed, claimHeld []bool, bs
 		for k, i := range idx {
 			o := a.out[k]
 			if cut && !o.Kind.Delivered() {
-				o = sink.Outcome{}
+				o = delivery.Outcome{}
 			}
 			byEvent[i*nc+ci] = answer{o, true}
 		}
@@ -198,9 +198,9 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 		// retried with backoff and end failed with the panic as reason.
 		if p := recover(); p != nil {
 			r.cfg.Logger.Error("relay: consumer panicked", "consumer", cons.Name(), "panic", p)
-			a = consumerAnswer{out: make([]sink.Outcome, len(evs))}
+			a = consumerAnswer{out: make([]delivery.Outcome, len(evs))}
 			for i := range a.out {
-				a.out[i] = sink.Retryf("panic: %v", p)
+				a.out[i] = delivery.Retryf("panic: %v", p)
 			}
 		}
 	}()
@@ -208,7 +208,7 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 	if len(out) != len(evs) {
 		r.cfg.Logger.Error("relay: consumer returned the wrong number of outcomes; treating the batch as not attempted",
 			"consumer", cons.Name(), "events", len(evs), "outcomes", len(out))
-		out = make([]sink.Outcome, len(evs))
+		out = make([]delivery.Outcome, len(evs))
 	}
 	a.out = out
 	first := ""
@@ -216,7 +216,7 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 		if o.Kind.Delivered() {
 			a.delivered = true
 		}
-		if o.Kind == sink.Unavailable {
+		if o.Kind == delivery.Unavailable {
 			if first == "" {
 				first = o.Reason
 			}
@@ -232,7 +232,7 @@ func (r *Relay) callConsumer(ctx context.Context, ci int, evs []*outbox.Event) (
 // answer is a consumer's outcome for one event; given says that the event
 // was handed to it in this batch.
 type answer struct {
-	o     sink.Outcome
+	o     delivery.Outcome
 	given bool
 }
 
@@ -376,16 +376,16 @@ func (r *Relay) consumerResult(ce *claimed, ci int, answers []answer, a consumer
 		return res
 	}
 	switch o.Kind {
-	case sink.OK, sink.Stale:
-		res.state, res.changed, res.stale, res.delay = rowDone, true, o.Kind == sink.Stale, 0
-	case sink.Poison:
+	case delivery.OK, delivery.Stale:
+		res.state, res.changed, res.stale, res.delay = rowDone, true, o.Kind == delivery.Stale, 0
+	case delivery.Poison:
 		res.state, res.attempts, res.lastError, res.changed = rowFailed, p.attempts+1, o.Reason, true
-	case sink.Retry, sink.Unavailable:
-		if o.Kind == sink.Unavailable && !a.delivered {
+	case delivery.Retry, delivery.Unavailable:
+		if o.Kind == delivery.Unavailable && !a.delivered {
 			// The consumer is paused for it: not the event's fault.
 			return hold()
 		}
-		if o.Kind == sink.Unavailable && !o.Suspect {
+		if o.Kind == delivery.Unavailable && !o.Suspect {
 			// About the consumer, although others got through (the outage
 			// began mid-batch, one index of several is blocked): no
 			// attempt; tried again after the first probe's delay.

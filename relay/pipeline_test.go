@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // orderChecker is a consumer that fails the test when an event arrives
@@ -39,7 +39,7 @@ type orderChecker struct {
 
 func (c *orderChecker) Name() string { return "order" }
 
-func (c *orderChecker) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
+func (c *orderChecker) Deliver(_ context.Context, events []*outbox.Event) []delivery.Outcome {
 	n := c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
 	for {
@@ -61,11 +61,11 @@ func (c *orderChecker) Deliver(_ context.Context, events []*outbox.Event) []sink
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]sink.Outcome, len(events))
+	out := make([]delivery.Outcome, len(events))
 	stopped := map[string]bool{}
 	for i, e := range events {
 		if stopped[e.AggregateKey()] {
-			out[i] = sink.Outcome{Kind: sink.NotAttempted}
+			out[i] = delivery.Outcome{Kind: delivery.NotAttempted}
 			continue
 		}
 		if p := c.prev[e.ID]; p != 0 && !c.ok[p] {
@@ -82,12 +82,12 @@ func (c *orderChecker) Deliver(_ context.Context, events []*outbox.Event) []sink
 		}
 		if c.firstTry(e.ID) && !c.tried[e.ID] {
 			c.tried[e.ID] = true
-			out[i] = sink.Retryf("first try of %d", e.ID)
+			out[i] = delivery.Retryf("first try of %d", e.ID)
 			stopped[e.AggregateKey()] = true
 			continue
 		}
 		c.ok[e.ID] = true
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }
@@ -174,11 +174,11 @@ type slowConsumer struct{}
 
 func (slowConsumer) Name() string { return "slow" }
 
-func (slowConsumer) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
+func (slowConsumer) Deliver(_ context.Context, events []*outbox.Event) []delivery.Outcome {
 	time.Sleep(10 * time.Millisecond)
-	out := make([]sink.Outcome, len(events))
+	out := make([]delivery.Outcome, len(events))
 	for i := range out {
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

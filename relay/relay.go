@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // Relay delivers the outbox of one schema. Create it with New and call Run.
@@ -669,7 +669,7 @@ func (r *Relay) startDelivery(ctx context.Context, c claimable, evs []claimed, h
 	// within the grace period, then is abandoned.
 	gctx, cancel := graceContext(ctx, r.cfg.ShutdownGrace)
 	lease := newBatchLease(r.leases, c, evs)
-	dctx, cancelFenced := context.WithCancelCause(sink.WithLease(gctx, lease))
+	dctx, cancelFenced := context.WithCancelCause(delivery.WithLease(gctx, lease))
 	go r.fenceDelivery(dctx, cancelFenced, lease)
 	go func() {
 		defer r.signal()

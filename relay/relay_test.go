@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
@@ -238,15 +239,15 @@ type blockingHook struct {
 }
 
 func (b *blockingHook) Name() string { return "blocking" }
-func (b *blockingHook) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+func (b *blockingHook) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
 	select {
 	case b.entered <- struct{}{}:
 	default:
 	}
 	<-b.release
-	out := make([]sink.Outcome, len(events))
+	out := make([]delivery.Outcome, len(events))
 	for i := range out {
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }
@@ -455,7 +456,7 @@ func TestRetriedHeadBehindItsFollowersIsNotStarved(t *testing.T) {
 type panicky struct{}
 
 func (panicky) Name() string { return "panicky" }
-func (panicky) Deliver(context.Context, []*outbox.Event) []sink.Outcome {
+func (panicky) Deliver(context.Context, []*outbox.Event) []delivery.Outcome {
 	panic("boom")
 }
 

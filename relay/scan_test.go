@@ -11,10 +11,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // keeper records a copy of every event it is handed.
@@ -25,13 +25,13 @@ type keeper struct {
 
 func (k *keeper) Name() string { return "keeper" }
 
-func (k *keeper) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
+func (k *keeper) Deliver(_ context.Context, events []*outbox.Event) []delivery.Outcome {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]sink.Outcome, len(events))
+	out := make([]delivery.Outcome, len(events))
 	for i, e := range events {
 		k.events[e.ID] = *e
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

@@ -2,9 +2,9 @@
 // the outbox (webhooks, NATS JetStream, the search engine): a consumer takes a
 // batch of events and gives one Outcome per event. The relay decides what an
 // outcome does to the row (dispatched, retry with backoff, failed). The
-// outcome and the lease fence are defined in package delivery (so that the
-// engine layer below, indexer, can speak them without importing sink) and
-// aliased here.
+// outcome (delivery.Outcome) and the lease fence are defined in package
+// delivery, so that the engine layer below, indexer, speaks the same
+// vocabulary without importing sink.
 //
 // Sub-packages implement consumers; sinktest holds the contract suite every
 // consumer must pass.
@@ -22,30 +22,6 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 )
 
-// Kind is what happened to one event at one consumer (see delivery.Kind).
-type Kind = delivery.Kind
-
-// The kinds of outcome; delivery documents each.
-const (
-	NotAttempted = delivery.NotAttempted
-	OK           = delivery.OK
-	Stale        = delivery.Stale
-	Retry        = delivery.Retry
-	Poison       = delivery.Poison
-	Unavailable  = delivery.Unavailable
-)
-
-// Outcome is the result for one event (see delivery.Outcome).
-type Outcome = delivery.Outcome
-
-// Ok, Retryf, Poisonf and Unavailablef build outcomes (see delivery).
-var (
-	Ok           = delivery.Ok
-	Retryf       = delivery.Retryf
-	Poisonf      = delivery.Poisonf
-	Unavailablef = delivery.Unavailablef
-)
-
 // Consumer delivers events somewhere.
 //
 // Deliver receives a batch in which the events of one aggregate appear in id
@@ -57,7 +33,7 @@ var (
 // (at-least-once): use the event id as the idempotency key.
 type Consumer interface {
 	Name() string
-	Deliver(ctx context.Context, events []*outbox.Event) []Outcome
+	Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome
 }
 
 // Prober is implemented by consumers that can tell cheaply whether they
@@ -107,8 +83,8 @@ func Body(e *outbox.Event) ([]byte, error) {
 // Sequential delivers events one by one with deliver, stopping per aggregate
 // at the first failure; a helper for consumers without batching of their own
 // (they can run aggregates concurrently inside deliver's caller instead).
-func Sequential(ctx context.Context, events []*outbox.Event, deliver func(context.Context, *outbox.Event) Outcome) []Outcome {
-	out := make([]Outcome, len(events))
+func Sequential(ctx context.Context, events []*outbox.Event, deliver func(context.Context, *outbox.Event) delivery.Outcome) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	blocked := map[string]bool{}
 	for i, e := range events {
 		key := e.AggregateKey()

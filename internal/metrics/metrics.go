@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -173,13 +174,13 @@ type instrumented struct {
 // Unwrap returns the wrapped consumer.
 func (i *instrumented) Unwrap() sink.Consumer { return i.Consumer }
 
-func (i *instrumented) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
+func (i *instrumented) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
 	start := time.Now()
 	out := i.Consumer.Deliver(ctx, events)
 	now := time.Now()
 	name := i.Consumer.Name()
 	i.m.callTime.WithLabelValues(name).Observe(now.Sub(start).Seconds())
-	counts := map[sink.Kind]int{}
+	counts := map[delivery.Kind]int{}
 	lat := i.m.latency.WithLabelValues(name, i.index)
 	for j, o := range out {
 		counts[o.Kind]++

@@ -14,11 +14,11 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/nats"
 	"github.com/searchsync/searchsync/sink/nats/natstest"
 	"github.com/searchsync/searchsync/sink/sinktest"
@@ -54,7 +54,7 @@ func delivers(t *testing.T, cfg config.Nats) {
 	defer c.Close()
 	var g sinktest.Events
 	for i, o := range c.Deliver(ctx, g.Make("a", "")) {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Fatalf("event %d: %s %s", i, o.Kind, o.Reason)
 		}
 	}
@@ -280,7 +280,7 @@ func TestCredentialsRefusedWhileRunning(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "refused the credentials of nats.token")
 	}, "probe names nats.token once the server refuses it")
 	o := c.Deliver(ctx, g.Make("b"))[0]
-	if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "nats.token") {
+	if o.Kind != delivery.Unavailable || !strings.Contains(o.Reason, "nats.token") {
 		t.Fatalf("refused while running: %v %s, want Unavailable naming nats.token", o.Kind, o.Reason)
 	}
 	for _, s := range []string{"first-t0ken", "second-t0ken"} {

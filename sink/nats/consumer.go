@@ -13,6 +13,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
@@ -224,10 +225,10 @@ func (c *Consumer) recreateHint() string {
 //
 // After the first Unavailable outcome the events not yet published are not
 // published: they are NotAttempted, the failure as the reason. Before every
-// publish the relay's lease is checked (sink.CheckLease); once its deadline
+// publish the relay's lease is checked (delivery.CheckLease); once its deadline
 // has passed nothing more is published and the events are NotAttempted.
-func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	if len(events) == 0 {
 		return out
 	}
@@ -257,10 +258,10 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 	go c.collect(ctx, pending, results)
 	memo := lookups{}
 	inflight := 0
-	var down *sink.Outcome // the first Unavailable outcome of the batch
-	fail := func(i int, o sink.Outcome) {
+	var down *delivery.Outcome // the first Unavailable outcome of the batch
+	fail := func(i int, o delivery.Outcome) {
 		out[i] = o
-		if o.Kind == sink.Unavailable && down == nil {
+		if o.Kind == delivery.Unavailable && down == nil {
 			down = &o
 		}
 	}
@@ -271,22 +272,22 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 			ready = ready[1:]
 			i := q.idx[q.next]
 			if fenced == "" {
-				if err := sink.CheckLease(ctx); err != nil {
-					if ctx.Err() != nil && !errors.Is(err, sink.ErrLeaseExpired) {
+				if err := delivery.CheckLease(ctx); err != nil {
+					if ctx.Err() != nil && !errors.Is(err, delivery.ErrLeaseExpired) {
 						break // cancelled: the rest stays NotAttempted
 					}
 					fenced = "lease deadline passed"
 				}
 			}
 			if fenced != "" {
-				out[i] = sink.Outcome{Kind: sink.NotAttempted, Reason: fenced}
+				out[i] = delivery.Outcome{Kind: delivery.NotAttempted, Reason: fenced}
 				continue
 			}
 			if down != nil {
 				// NotAttempted, not Unavailable: the relay counts an
 				// Unavailable event as a retry when the batch delivered
 				// others, and this one was never published.
-				out[i] = sink.Outcome{Kind: sink.NotAttempted, Reason: "not published: the stream failed earlier in this batch: " + down.Reason}
+				out[i] = delivery.Outcome{Kind: delivery.NotAttempted, Reason: "not published: the stream failed earlier in this batch: " + down.Reason}
 				continue
 			}
 			f, subject, o, err := c.publishOne(ctx, events[i])
@@ -328,7 +329,7 @@ type ackResult struct {
 	q       *queue
 	i       int
 	subject string
-	outcome sink.Outcome
+	outcome delivery.Outcome
 	err     error // to classify, when not nil
 }
 
@@ -336,22 +337,22 @@ type ackResult struct {
 // lease) and publishes it asynchronously. A failure before the message left
 // comes back with a nil future: as an outcome (encoding, not connected) or
 // as an error to classify (client-side rejection such as max_payload).
-func (c *Consumer) publishOne(ctx context.Context, e *outbox.Event) (jetstream.PubAckFuture, string, sink.Outcome, error) {
+func (c *Consumer) publishOne(ctx context.Context, e *outbox.Event) (jetstream.PubAckFuture, string, delivery.Outcome, error) {
 	msg, err := c.message(e)
 	if err != nil {
-		return nil, "", sink.Poisonf("%v", err), nil
+		return nil, "", delivery.Poisonf("%v", err), nil
 	}
-	if l, ok := sink.LeaseOf(ctx); ok {
+	if l, ok := delivery.LeaseOf(ctx); ok {
 		if part, epoch, ok := l.Token(e); ok {
 			msg.Header[sink.HeaderPartition] = []string{strconv.Itoa(part)}
 			msg.Header[sink.HeaderLeaseEpoch] = []string{strconv.FormatInt(epoch, 10)}
 		}
 	}
 	if st := c.nc.Status(); st != natsgo.CONNECTED {
-		return nil, msg.Subject, sink.Unavailablef("nats: not connected to %s (%s)%s", c.shownURL, st, c.lastAuthErr()), nil
+		return nil, msg.Subject, delivery.Unavailablef("nats: not connected to %s (%s)%s", c.shownURL, st, c.lastAuthErr()), nil
 	}
 	f, err := c.js.PublishMsgAsync(msg)
-	return f, msg.Subject, sink.Outcome{}, err
+	return f, msg.Subject, delivery.Outcome{}, err
 }
 
 // waiter is one publish awaiting its PubAck.
@@ -381,7 +382,7 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 			c.logger.Debug("nats: duplicate dropped by the stream", "subject", w.subject, "seq", ack.Sequence,
 				"msg_id", w.f.Msg().Header.Get(jetstream.MsgIDHeader))
 		}
-		r.outcome = sink.Ok()
+		r.outcome = delivery.Ok()
 	}
 	// An answer that is there already wins over an expired deadline.
 	select {
@@ -408,19 +409,19 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 	case err := <-w.f.Err():
 		r.err = err
 	case <-timer.C:
-		r.outcome = sink.Unavailablef("nats: no PubAck for %s within %s", w.subject, c.cfg.Timeout)
+		r.outcome = delivery.Unavailablef("nats: no PubAck for %s within %s", w.subject, c.cfg.Timeout)
 	case <-ctx.Done():
 		switch {
-		case errors.Is(context.Cause(ctx), sink.ErrLeaseExpired):
+		case errors.Is(context.Cause(ctx), delivery.ErrLeaseExpired):
 			// The relay's lease deadline passed: it may not ack; the next
 			// owner redelivers, de-duplicated by Nats-Msg-Id if stored.
-			r.outcome = sink.Outcome{Kind: sink.NotAttempted, Reason: "lease deadline passed while waiting for the PubAck"}
+			r.outcome = delivery.Outcome{Kind: delivery.NotAttempted, Reason: "lease deadline passed while waiting for the PubAck"}
 		case errors.Is(ctx.Err(), context.Canceled):
 			// Stopping: leave the row as it is; the redelivery is
 			// de-duplicated by Nats-Msg-Id if the message was stored.
-			r.outcome = sink.Outcome{Kind: sink.NotAttempted, Reason: "cancelled while waiting for the PubAck"}
+			r.outcome = delivery.Outcome{Kind: delivery.NotAttempted, Reason: "cancelled while waiting for the PubAck"}
 		default:
-			r.outcome = sink.Unavailablef("nats: no PubAck for %s before the batch deadline", w.subject)
+			r.outcome = delivery.Unavailablef("nats: no PubAck for %s before the batch deadline", w.subject)
 		}
 	}
 	return r
@@ -444,22 +445,22 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 //     "no PubAck".
 //   - Everything else (disconnects, 5xx API errors such as
 //     insufficient resources or JetStream not enabled): Unavailable.
-func (c *Consumer) classify(ctx context.Context, subject string, err error, memo lookups) sink.Outcome {
+func (c *Consumer) classify(ctx context.Context, subject string, err error, memo lookups) delivery.Outcome {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, natsgo.ErrMaxPayload):
-		return sink.Poisonf("nats: %s: message exceeds the server's max_payload: %v", subject, err)
+		return delivery.Poisonf("nats: %s: message exceeds the server's max_payload: %v", subject, err)
 	case errors.As(err, &apiErr) && apiErr.Code < 500:
-		return sink.Poisonf("nats: stream %q rejected the message on %s: %s (code %d, err_code %d)",
+		return delivery.Poisonf("nats: stream %q rejected the message on %s: %s (code %d, err_code %d)",
 			c.cfg.Stream, subject, apiErr.Description, apiErr.Code, apiErr.ErrorCode)
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, natsgo.ErrNoResponders):
 		return c.noResponders(ctx, subject, err, memo)
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		// The client's own PubAck timer (nats.timeout, the same as await's)
 		// fired first: the same condition, said the same way.
-		return sink.Unavailablef("nats: no PubAck for %s within %s", subject, c.cfg.Timeout)
+		return delivery.Unavailablef("nats: no PubAck for %s within %s", subject, c.cfg.Timeout)
 	}
-	return sink.Unavailablef("nats: publish on %s: %v", subject, err)
+	return delivery.Unavailablef("nats: publish on %s: %v", subject, err)
 }
 
 // lookups remembers, within one round of publishes, which stream the server
@@ -475,12 +476,12 @@ type lookup struct {
 // failedKey marks a lookup that failed (not answered); later ones are skipped.
 const failedKey = ""
 
-func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr error, memo lookups) sink.Outcome {
+func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr error, memo lookups) delivery.Outcome {
 	if ctx.Err() != nil {
-		return sink.Unavailablef("nats: publish on %s: %v", subject, pubErr)
+		return delivery.Unavailablef("nats: publish on %s: %v", subject, pubErr)
 	}
 	if l, ok := memo[failedKey]; ok {
-		return sink.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, l.err)
+		return delivery.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, l.err)
 	}
 	l, ok := memo[subject]
 	if !ok {
@@ -496,16 +497,16 @@ func (c *Consumer) noResponders(ctx context.Context, subject string, pubErr erro
 	stream, err := l.stream, l.err
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return sink.Unavailablef("nats: no stream covers subject %s (expected stream %q; the server answered: %v); %s",
+		return delivery.Unavailablef("nats: no stream covers subject %s (expected stream %q; the server answered: %v); %s",
 			subject, c.cfg.Stream, pubErr, c.recreateHint())
 	case errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
-		return sink.Unavailablef("nats: publish on %s: %v: JetStream not enabled on %s (no JetStream API answers)", subject, pubErr, c.shownURL)
+		return delivery.Unavailablef("nats: publish on %s: %v: JetStream not enabled on %s (no JetStream API answers)", subject, pubErr, c.shownURL)
 	case err != nil:
-		return sink.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, err)
+		return delivery.Unavailablef("nats: publish on %s: %v (and the stream lookup failed: %v)", subject, pubErr, err)
 	case stream != c.cfg.Stream:
-		return sink.Poisonf("nats: subject %s belongs to stream %q, not the configured %q", subject, stream, c.cfg.Stream)
+		return delivery.Poisonf("nats: subject %s belongs to stream %q, not the configured %q", subject, stream, c.cfg.Stream)
 	}
-	return sink.Unavailablef("nats: stream %q covers %s but did not answer (%v); temporarily unavailable", stream, subject, pubErr)
+	return delivery.Unavailablef("nats: stream %q covers %s but did not answer (%v); temporarily unavailable", stream, subject, pubErr)
 }
 
 // message builds the NATS message of an event.

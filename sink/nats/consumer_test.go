@@ -12,6 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
@@ -53,7 +54,7 @@ func TestMessageSubjectHeadersBody(t *testing.T) {
 	events := g.Make("a", "")
 	out := c.Deliver(context.Background(), events)
 	for i, o := range out {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Fatalf("event %d: %s %s", events[i].ID, o.Kind, o.Reason)
 		}
 	}
@@ -263,7 +264,7 @@ func TestNoStreamForSubjectIsUnavailable(t *testing.T) {
 	var g sinktest.Events
 	events := g.Make("a", "a", "b")
 	out := c.Deliver(context.Background(), events)
-	if out[0].Kind != sink.Unavailable || out[1].Kind != sink.NotAttempted || out[2].Kind != sink.Unavailable {
+	if out[0].Kind != delivery.Unavailable || out[1].Kind != delivery.NotAttempted || out[2].Kind != delivery.Unavailable {
 		t.Fatalf("outcomes %v", out)
 	}
 	if !strings.Contains(out[0].Reason, "no stream covers subject "+prefix+".DDM_ENTITY.entity.customer.updated") ||
@@ -278,7 +279,7 @@ func TestNoStreamForSubjectIsUnavailable(t *testing.T) {
 	createStream(t, url, jetstream.StreamConfig{Name: other, Subjects: []string{prefix + ".DDM_ENTITY.>"}})
 	t.Cleanup(func() { deleteStream(t, url, other) })
 	out = c.Deliver(context.Background(), events[:1])
-	if out[0].Kind != sink.Poison || !strings.Contains(out[0].Reason, "expected stream does not match") {
+	if out[0].Kind != delivery.Poison || !strings.Contains(out[0].Reason, "expected stream does not match") {
 		t.Fatalf("outcome %v", out[0])
 	}
 	t.Logf("poison: %s", out[0].Reason)
@@ -318,11 +319,11 @@ func TestNoPubAckIsUnavailable(t *testing.T) {
 	events := g.Make("a", "a", "b", "c")
 	start := time.Now()
 	out := c.Deliver(context.Background(), events)
-	if out[0].Kind != sink.Unavailable || out[1].Kind != sink.NotAttempted || !strings.Contains(out[0].Reason, "no PubAck") {
+	if out[0].Kind != delivery.Unavailable || out[1].Kind != delivery.NotAttempted || !strings.Contains(out[0].Reason, "no PubAck") {
 		t.Fatalf("outcomes %v", out)
 	}
 	for _, o := range out[2:] {
-		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not published: the stream failed earlier in this batch: nats: no PubAck") {
+		if o.Kind != delivery.NotAttempted || !strings.HasPrefix(o.Reason, "not published: the stream failed earlier in this batch: nats: no PubAck") {
 			t.Fatalf("outcomes %v; want the later aggregates not published", out)
 		}
 	}
@@ -360,16 +361,16 @@ func TestServerDownIsUnavailableAndProbed(t *testing.T) {
 	evs := g.Make("a", "b", "c", "a")
 	start := time.Now()
 	out := c.Deliver(ctx, evs)
-	if out[0].Kind != sink.Unavailable || !strings.Contains(out[0].Reason, "not connected") {
+	if out[0].Kind != delivery.Unavailable || !strings.Contains(out[0].Reason, "not connected") {
 		t.Fatalf("first event while the server is down: %v", out[0])
 	}
 	for i, o := range out[1:3] {
 		// Not published after the first failure: their attempts must not move.
-		if o.Kind != sink.NotAttempted || !strings.HasPrefix(o.Reason, "not published: ") || !strings.Contains(o.Reason, "not connected") {
+		if o.Kind != delivery.NotAttempted || !strings.HasPrefix(o.Reason, "not published: ") || !strings.Contains(o.Reason, "not connected") {
 			t.Fatalf("event %d while the server is down: %v", evs[i+1].ID, o)
 		}
 	}
-	if out[3].Kind != sink.NotAttempted {
+	if out[3].Kind != delivery.NotAttempted {
 		t.Fatalf("second event of a: %v", out[3])
 	}
 	if d := time.Since(start); d > time.Second {
@@ -387,7 +388,7 @@ func TestServerDownIsUnavailableAndProbed(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "jetstream not enabled")
 	}, "probe says JetStream is not enabled")
 	out = c.Deliver(ctx, g.Make("a"))
-	if out[0].Kind != sink.Unavailable || !strings.Contains(out[0].Reason, "JetStream not enabled") {
+	if out[0].Kind != delivery.Unavailable || !strings.Contains(out[0].Reason, "JetStream not enabled") {
 		t.Fatalf("without JetStream: %v", out[0])
 	}
 	t.Logf("unavailable: %s", out[0].Reason)

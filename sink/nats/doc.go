@@ -1,5 +1,5 @@
 // Package nats owns the queue consumer: it publishes every routed outbox
-// event to a NATS JetStream stream and reports one sink.Outcome per event.
+// event to a NATS JetStream stream and reports one delivery.Outcome per event.
 //
 // # Messages
 //
@@ -21,7 +21,7 @@
 // larger than the server's max_payload.
 //
 // Everything about the server or the stream rather than the message is
-// sink.Unavailable, and the relay pauses the consumer without moving the
+// delivery.Unavailable, and the relay pauses the consumer without moving the
 // events' attempts: not connected (the server down or restarting; publishes
 // are not buffered while disconnected), no PubAck within nats.timeout, a 5xx
 // API error, a server without JetStream, and a stream that no longer covers
@@ -47,7 +47,7 @@
 //
 // # Fencing
 //
-// Before every publish the relay's lease is checked (sink.CheckLease);
+// Before every publish the relay's lease is checked (delivery.CheckLease);
 // once its deadline has passed nothing more is published and the events are
 // NotAttempted ("lease deadline passed"). Every message carries the fencing
 // token of its event's partition in the headers Searchsync-Partition and

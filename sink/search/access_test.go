@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
@@ -24,7 +25,6 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/sink"
 )
 
 // securityAPI calls the secured node's security REST API as its admin.
@@ -123,10 +123,10 @@ func TestRevokedWritePrivilege(t *testing.T) {
 	b.deliver(b.produce(customer.Created(ch(id, 1, map[string]any{"status": "draft"}))), ok)
 
 	securityAPI(t, http.MethodPut, "roles/"+name, role(alias+"*", false))
-	var out []sink.Outcome
+	var out []delivery.Outcome
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		out = b.cons.Deliver(b.ctx, b.produce(customer.Updated(ch(id, 2, map[string]any{"status": "active"}))))
-		return out[0].Kind == sink.Unavailable
+		return out[0].Kind == delivery.Unavailable
 	}, "the revoked write privilege never showed")
 	for _, want := range []string{"indices:data/write", name, "lacks the privilege write"} {
 		if !strings.Contains(out[0].Reason, want) {

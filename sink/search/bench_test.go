@@ -11,13 +11,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -43,7 +43,7 @@ type timed struct {
 	deliver atomic.Int64 // ns
 }
 
-func (t *timed) Deliver(ctx context.Context, evs []*outbox.Event) []sink.Outcome {
+func (t *timed) Deliver(ctx context.Context, evs []*outbox.Event) []delivery.Outcome {
 	start := time.Now()
 	out := t.Consumer.Deliver(ctx, evs)
 	t.deliver.Add(int64(time.Since(start)))

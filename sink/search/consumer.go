@@ -1,11 +1,11 @@
 // Package search is the search consumer: it turns outbox events into
 // versioned documents of Elasticsearch or OpenSearch indexes (upcast →
 // project → merge partial state → coalesce per document → _bulk with
-// version_type=external) and reports one sink.Outcome per event.
+// version_type=external) and reports one delivery.Outcome per event.
 //
 // What is about the engine rather than the event — the engine unreachable
 // or refusing whole requests, a cluster block, a missing index or alias, an
-// _mget or index creation that fails — is sink.Unavailable: the relay pauses
+// _mget or index creation that fails — is delivery.Unavailable: the relay pauses
 // the consumer and calls Probe (ping, the aliases resolve, no write block)
 // until it can write again. A missing index names the commands that bring
 // it back. docs/outages.md has the whole table.
@@ -35,6 +35,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
@@ -293,7 +294,7 @@ func (c *Consumer) seen(alias, index string) {
 // missing is the outcome of a write or read through an alias that no longer
 // exists (its index was deleted while searchsync ran): Unavailable, naming
 // the commands that bring it back.
-func (c *Consumer) missing(alias, engineSaid string) sink.Outcome {
+func (c *Consumer) missing(alias, engineSaid string) delivery.Outcome {
 	c.mu.Lock()
 	ix := c.physical[alias]
 	c.mu.Unlock()
@@ -301,18 +302,18 @@ func (c *Consumer) missing(alias, engineSaid string) sink.Outcome {
 	if ix != "" {
 		what = fmt.Sprintf("index %s (alias %s)", ix, alias)
 	}
-	return sink.Unavailablef("%s missing: %s; recreate it: restart `searchsync run` (it creates a missing index and alias, empty), "+
+	return delivery.Unavailablef("%s missing: %s; recreate it: restart `searchsync run` (it creates a missing index and alias, empty), "+
 		"then `searchsync reindex %s --force` refills it from the outbox", what, engineSaid, alias)
 }
 
 // unavailable is the outcome of a request of the consumer's own (an _mget,
 // creating a per-tenant index) that failed: the engine's failure, not the
 // event's.
-func (c *Consumer) unavailable(alias string, err error, format string, args ...any) sink.Outcome {
+func (c *Consumer) unavailable(alias string, err error, format string, args ...any) delivery.Outcome {
 	if ee, ok := indexer.AsEngineError(err); ok && ee.Type == "index_not_found_exception" {
 		return c.missing(alias, ee.Error())
 	}
-	return sink.Unavailablef("%s: %v", fmt.Sprintf(format, args...), err)
+	return delivery.Unavailablef("%s: %v", fmt.Sprintf(format, args...), err)
 }
 
 // Probe implements sink.Prober for the relay while the consumer is paused:
@@ -404,8 +405,8 @@ type target struct {
 }
 
 // Deliver implements sink.Consumer.
-func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	if ctx.Err() != nil {
 		return out // NotAttempted
 	}
@@ -437,7 +438,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		}
 		res, err := results[i], errs[i]
 		if err != nil {
-			out[i] = sink.Poisonf("%v", err)
+			out[i] = delivery.Poisonf("%v", err)
 			if ok {
 				stopped[key] = true
 			}
@@ -445,7 +446,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 		}
 		if res == nil {
 			c.stats.unprojected.Add(1)
-			out[i] = sink.Ok()
+			out[i] = delivery.Ok()
 			continue
 		}
 		def := c.cfg.Defs[res.Index]
@@ -482,7 +483,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 			continue
 		}
 		if blocked[key] {
-			out[i] = sink.Outcome{}
+			out[i] = delivery.Outcome{}
 			continue
 		}
 		if !out[i].Kind.Delivered() {
@@ -514,10 +515,10 @@ type docKey struct{ alias, id string }
 
 // recordWritten tells Searchable the commit times of the events written
 // (OK: not stale, not unprojected), per alias.
-func (c *Consumer) recordWritten(events []*outbox.Event, aliases []string, out []sink.Outcome) {
+func (c *Consumer) recordWritten(events []*outbox.Event, aliases []string, out []delivery.Outcome) {
 	byAlias := map[string][]time.Time{}
 	for i, e := range events {
-		if aliases[i] != "" && out[i].Kind == sink.OK {
+		if aliases[i] != "" && out[i].Kind == delivery.OK {
 			byAlias[aliases[i]] = append(byAlias[aliases[i]], e.CreatedAt)
 		}
 	}
@@ -558,7 +559,7 @@ func (c *Consumer) resolve(res *projections.Result) error {
 	return nil
 }
 
-func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outcome) {
+func (c *Consumer) prepare(ctx context.Context, order []*target, out []delivery.Outcome) {
 	byAlias := map[string][]*target{}
 	var aliases []string
 	cacheable := map[string]bool{} // by alias, asked once per batch
@@ -618,7 +619,7 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 		if err != nil {
 			o := c.unavailable(alias, err, "read current documents of %s", alias)
 			if ctx.Err() != nil {
-				o = sink.Outcome{} // cancelled (the relay stops or lost the lease)
+				o = delivery.Outcome{} // cancelled (the relay stops or lost the lease)
 			}
 			for _, t := range ts {
 				c.failTarget(t, out, o)
@@ -632,7 +633,7 @@ func (c *Consumer) prepare(ctx context.Context, order []*target, out []sink.Outc
 			}
 			m, err := projections.Decode(d.Source)
 			if err != nil {
-				c.failTarget(t, out, sink.Retryf("current document %s/%s is not a JSON object: %v", alias, t.id, err))
+				c.failTarget(t, out, delivery.Retryf("current document %s/%s is not a JSON object: %v", alias, t.id, err))
 				continue
 			}
 			t.current, t.curVersion = m, d.Version
@@ -673,7 +674,7 @@ func (c *Consumer) cacheable(ctx context.Context, alias string) bool {
 
 // failTarget gives the first event of the document the outcome; the later
 // ones stay NotAttempted.
-func (c *Consumer) failTarget(t *target, out []sink.Outcome, o sink.Outcome) {
+func (c *Consumer) failTarget(t *target, out []delivery.Outcome, o delivery.Outcome) {
 	t.failed = true
 	out[t.steps[0].ev] = o
 }
@@ -758,7 +759,7 @@ type pending struct {
 	extra       []string
 }
 
-func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcome) {
+func (c *Consumer) write(ctx context.Context, order []*target, out []delivery.Outcome) {
 	ops := make([]*indexer.BulkOp, len(order))
 	contrib := make([][]int, len(order))
 	states := make([]map[string]any, len(order))
@@ -778,9 +779,9 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 			// Only ignores or stale events: nothing to write.
 			for _, s := range t.steps {
 				if s.stale {
-					out[s.ev] = sink.Outcome{Kind: sink.Stale, Reason: fmt.Sprintf("%s/%s already holds version %d or newer", t.alias, t.id, s.res.Version)}
+					out[s.ev] = delivery.Outcome{Kind: delivery.Stale, Reason: fmt.Sprintf("%s/%s already holds version %d or newer", t.alias, t.id, s.res.Version)}
 				} else {
-					out[s.ev] = sink.Ok()
+					out[s.ev] = delivery.Ok()
 				}
 			}
 			continue
@@ -796,7 +797,7 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 	var redo []*pending
 	for i, p := range writes {
 		o := results[i]
-		if o.Kind == sink.Poison && len(p.contributed) > 1 {
+		if o.Kind == delivery.Poison && len(p.contributed) > 1 {
 			redo = append(redo, p)
 			continue
 		}
@@ -809,8 +810,8 @@ func (c *Consumer) write(ctx context.Context, order []*target, out []sink.Outcom
 
 // send writes each pending op to its alias and to the reindex targets of
 // the alias, and returns one combined outcome per pending write.
-func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
-	res := make([]sink.Outcome, len(writes))
+func (c *Consumer) send(ctx context.Context, writes []*pending) []delivery.Outcome {
+	res := make([]delivery.Outcome, len(writes))
 	ops := make([]indexer.BulkOp, 0, len(writes))
 	owner := make([]int, 0, len(writes))
 	dual := make([]bool, 0, len(writes)) // ops[j] is a write to a reindex target
@@ -819,7 +820,7 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 			extra, err := c.cfg.DualWrites.For(ctx, p.t.alias)
 			if err != nil {
 				// The database that holds the reindex jobs: not the event's fault.
-				res[i] = sink.Unavailablef("look up reindex targets of %s: %v", p.t.alias, err)
+				res[i] = delivery.Unavailablef("look up reindex targets of %s: %v", p.t.alias, err)
 				continue
 			}
 			p.extra = extra
@@ -844,14 +845,14 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 	for j, o := range got {
 		i := owner[j]
 		oc := o.Outcome
-		if oc.Kind == sink.Unavailable && o.Result.ErrType == "index_not_found_exception" && ops[j].RequireAlias {
+		if oc.Kind == delivery.Unavailable && o.Result.ErrType == "index_not_found_exception" && ops[j].RequireAlias {
 			oc = c.missing(ops[j].Index, fmt.Sprintf("engine answered %d %s: %s", o.Result.Status, o.Result.ErrType, o.Result.ErrReason))
 		}
-		if dual[j] && oc.Kind == sink.Poison {
+		if dual[j] && oc.Kind == delivery.Poison {
 			// The new mapping of a running reindex refuses the document:
 			// the reindex fails, not the live event.
 			if err := c.cfg.DualWrites.Rejected(ctx, writes[i].t.alias, ops[j].Index, oc.Reason); err != nil {
-				oc = sink.Unavailablef("reindex target %s rejected the write (%s) and the reindex could not be failed: %v", ops[j].Index, oc.Reason, err)
+				oc = delivery.Unavailablef("reindex target %s rejected the write (%s) and the reindex could not be failed: %v", ops[j].Index, oc.Reason, err)
 			} else {
 				c.logger.Warn("reindex target rejected a live write; the reindex fails", "alias", writes[i].t.alias, "target", ops[j].Index, "reason", oc.Reason)
 				continue
@@ -873,18 +874,18 @@ func (c *Consumer) send(ctx context.Context, writes []*pending) []sink.Outcome {
 // counting attempts) and below Poison (an event the live index rejects for
 // good fails whatever a target says; a target's poison never gets here, see
 // send).
-func worse(a, b sink.Outcome) sink.Outcome {
-	rank := func(k sink.Kind) int {
+func worse(a, b delivery.Outcome) delivery.Outcome {
+	rank := func(k delivery.Kind) int {
 		switch k {
-		case sink.OK:
+		case delivery.OK:
 			return 0
-		case sink.Stale:
+		case delivery.Stale:
 			return 1
-		case sink.NotAttempted:
+		case delivery.NotAttempted:
 			return 2
-		case sink.Retry:
+		case delivery.Retry:
 			return 3
-		case sink.Unavailable:
+		case delivery.Unavailable:
 			return 4
 		default:
 			return 5
@@ -893,16 +894,16 @@ func worse(a, b sink.Outcome) sink.Outcome {
 	if rank(b.Kind) > rank(a.Kind) {
 		return b
 	}
-	if a.Kind == sink.Stale && b.Kind == sink.OK {
+	if a.Kind == delivery.Stale && b.Kind == delivery.OK {
 		return b // the live alias already had it; the reindex target took it
 	}
 	return a
 }
 
 // settle gives every event of a document the outcome of its write.
-func (c *Consumer) settle(p *pending, o sink.Outcome, out []sink.Outcome) {
+func (c *Consumer) settle(p *pending, o delivery.Outcome, out []delivery.Outcome) {
 	t := p.t
-	if o.Kind == sink.OK && len(p.extra) == 0 {
+	if o.Kind == delivery.OK && len(p.extra) == 0 {
 		c.states.put(t.alias, t.id, p.op.Version, p.state)
 	} else {
 		// (While a reindex of the alias runs, nothing is cached: see
@@ -921,7 +922,7 @@ func (c *Consumer) settle(p *pending, o sink.Outcome, out []sink.Outcome) {
 	for _, s := range t.steps {
 		switch {
 		case s.stale:
-			out[s.ev] = sink.Outcome{Kind: sink.Stale, Reason: fmt.Sprintf("%s/%s: version %d is not newer than an event already applied", t.alias, t.id, s.res.Version)}
+			out[s.ev] = delivery.Outcome{Kind: delivery.Stale, Reason: fmt.Sprintf("%s/%s: version %d is not newer than an event already applied", t.alias, t.id, s.res.Version)}
 		default:
 			out[s.ev] = o
 		}
@@ -933,7 +934,7 @@ func (c *Consumer) settle(p *pending, o sink.Outcome, out []sink.Outcome) {
 // r-th contributing event with that event's version, until the document
 // fails. The events before the poison one are delivered, the poison one
 // gets the engine's reason, the later ones stay NotAttempted.
-func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []sink.Outcome) {
+func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []delivery.Outcome) {
 	type round struct {
 		op      *indexer.BulkOp
 		step    int   // the contributing step written by op
@@ -995,9 +996,9 @@ func (c *Consumer) redoOneByOne(ctx context.Context, redo []*pending, out []sink
 				case !o.Kind.Delivered() && k > rd.step:
 					// after the failing event: NotAttempted
 				case s.stale:
-					out[s.ev] = sink.Outcome{Kind: sink.Stale, Reason: fmt.Sprintf("%s/%s: version %d is not newer than an event already applied", t.alias, t.id, s.res.Version)}
+					out[s.ev] = delivery.Outcome{Kind: delivery.Stale, Reason: fmt.Sprintf("%s/%s: version %d is not newer than an event already applied", t.alias, t.id, s.res.Version)}
 				case s.res.Op == projections.OpIgnore && !o.Kind.Delivered():
-					out[s.ev] = sink.Ok()
+					out[s.ev] = delivery.Ok()
 				default:
 					out[s.ev] = o
 				}

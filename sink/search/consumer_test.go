@@ -6,16 +6,16 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 )
 
 const (
-	ok       = sink.OK
-	stale    = sink.Stale
-	poison   = sink.Poison
-	notTried = sink.NotAttempted
+	ok       = delivery.OK
+	stale    = delivery.Stale
+	poison   = delivery.Poison
+	notTried = delivery.NotAttempted
 )
 
 // Events written by the producer API become documents; a diff payload never
@@ -272,7 +272,7 @@ func TestLargeBatch(t *testing.T) {
 		}
 	}
 	batch := b.produce(evs...)
-	want := make([]sink.Kind, len(batch))
+	want := make([]delivery.Kind, len(batch))
 	for i := range want {
 		want[i] = ok
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/loadgen"
@@ -24,7 +25,6 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/relay"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -382,10 +382,10 @@ func rawDocs(b *testing.B, bd *bundle, evs []*outbox.Event) (ops []indexer.BulkO
 type answerAtOnce struct{}
 
 func (answerAtOnce) Name() string { return "answer-at-once" }
-func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (answerAtOnce) Deliver(_ context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	for i := range out {
-		out[i] = sink.Ok()
+		out[i] = delivery.Ok()
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
@@ -16,7 +17,6 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -50,11 +50,11 @@ func TestSearchableWaitsForARefresh(t *testing.T) {
 	cons := b.consumer(func(c *search.Config) { c.Searchable = s })
 	a, z := uuid.New(), uuid.New()
 	evs := b.produce(customer.Created(ch(a, 1, map[string]any{"status": "draft"})), customer.Created(ch(z, 1, map[string]any{"status": "draft"})))
-	if out := cons.Deliver(b.ctx, evs); out[0].Kind != sink.OK || out[1].Kind != sink.OK {
+	if out := cons.Deliver(b.ctx, evs); out[0].Kind != delivery.OK || out[1].Kind != delivery.OK {
 		t.Fatalf("deliver: %+v", out)
 	}
 	stale := b.produce(customer.Updated(ch(a, 1, map[string]any{"status": "blocked"})))
-	if out := cons.Deliver(b.ctx, stale); out[0].Kind != sink.Stale {
+	if out := cons.Deliver(b.ctx, stale); out[0].Kind != delivery.Stale {
 		t.Fatalf("deliver the stale event: %+v", out)
 	}
 	if n := s.Waiting(b.alias); n != 2 {
@@ -101,7 +101,7 @@ func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons := b.consumer(func(c *search.Config) { c.Searchable = s })
-	if out := cons.Deliver(b.ctx, b.produce(customer.Created(ch(uuid.New(), 1, map[string]any{"status": "draft"})))); out[0].Kind != sink.OK {
+	if out := cons.Deliver(b.ctx, b.produce(customer.Created(ch(uuid.New(), 1, map[string]any{"status": "draft"})))); out[0].Kind != delivery.OK {
 		t.Fatalf("deliver: %+v", out)
 	}
 	s.Poll(b.ctx) // the counts before the refresh

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
@@ -16,7 +17,6 @@ import (
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -139,7 +139,7 @@ func (b *bundle) produce(evs ...outbox.Event) []*outbox.Event {
 }
 
 // deliver hands events to the consumer and checks the kinds of the outcomes.
-func (b *bundle) deliver(evs []*outbox.Event, want ...sink.Kind) []sink.Outcome {
+func (b *bundle) deliver(evs []*outbox.Event, want ...delivery.Kind) []delivery.Outcome {
 	b.t.Helper()
 	out := b.cons.Deliver(b.ctx, evs)
 	if len(out) != len(evs) {

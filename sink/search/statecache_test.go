@@ -5,9 +5,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -34,7 +34,7 @@ func TestStateCacheSavesTheMGet(t *testing.T) {
 	// Without the cache, the same events need an _mget per batch.
 	off := b.consumer(func(c *search.Config) { c.StateCache = -1 })
 	other := uuid.New()
-	for i, out := range [][]sink.Outcome{
+	for i, out := range [][]delivery.Outcome{
 		off.Deliver(b.ctx, b.produce(customer.Created(ch(other, 1, map[string]any{"status": "draft"})))),
 		off.Deliver(b.ctx, b.produce(customer.Updated(ch(other, 2, map[string]any{"status": "active"})))),
 	} {

@@ -11,22 +11,22 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/indexer/enginetest"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
-	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
-const unavailable = sink.Unavailable
+const unavailable = delivery.Unavailable
 
 // checkUnavailable asserts the outcome of every aggregate's first event is
 // Unavailable with a reason containing each of want, and the later ones
 // NotAttempted.
-func checkUnavailable(t *testing.T, evs []*outbox.Event, out []sink.Outcome, want ...string) {
+func checkUnavailable(t *testing.T, evs []*outbox.Event, out []delivery.Outcome, want ...string) {
 	t.Helper()
 	head := map[string]bool{}
 	for i, e := range evs {

@@ -3,7 +3,7 @@ package search
 import (
 	"testing"
 
-	"github.com/searchsync/searchsync/sink"
+	"github.com/searchsync/searchsync/delivery"
 )
 
 // The outcome of one document written to the live alias and to a reindex
@@ -11,19 +11,19 @@ import (
 // above everything.
 func TestWorse(t *testing.T) {
 	t.Parallel()
-	k := func(kind sink.Kind) sink.Outcome { return sink.Outcome{Kind: kind, Reason: kind.String()} }
-	for _, c := range []struct{ a, b, want sink.Kind }{
-		{sink.OK, sink.OK, sink.OK},
-		{sink.Stale, sink.OK, sink.OK},
-		{sink.OK, sink.Stale, sink.Stale},
-		{sink.OK, sink.Unavailable, sink.Unavailable},
-		{sink.Unavailable, sink.OK, sink.Unavailable},
-		{sink.Retry, sink.Unavailable, sink.Unavailable},
-		{sink.Unavailable, sink.Retry, sink.Unavailable},
-		{sink.Unavailable, sink.Poison, sink.Poison},
-		{sink.Poison, sink.Unavailable, sink.Poison},
-		{sink.NotAttempted, sink.Unavailable, sink.Unavailable},
-		{sink.Retry, sink.NotAttempted, sink.Retry},
+	k := func(kind delivery.Kind) delivery.Outcome { return delivery.Outcome{Kind: kind, Reason: kind.String()} }
+	for _, c := range []struct{ a, b, want delivery.Kind }{
+		{delivery.OK, delivery.OK, delivery.OK},
+		{delivery.Stale, delivery.OK, delivery.OK},
+		{delivery.OK, delivery.Stale, delivery.Stale},
+		{delivery.OK, delivery.Unavailable, delivery.Unavailable},
+		{delivery.Unavailable, delivery.OK, delivery.Unavailable},
+		{delivery.Retry, delivery.Unavailable, delivery.Unavailable},
+		{delivery.Unavailable, delivery.Retry, delivery.Unavailable},
+		{delivery.Unavailable, delivery.Poison, delivery.Poison},
+		{delivery.Poison, delivery.Unavailable, delivery.Poison},
+		{delivery.NotAttempted, delivery.Unavailable, delivery.Unavailable},
+		{delivery.Retry, delivery.NotAttempted, delivery.Retry},
 	} {
 		if got := worse(k(c.a), k(c.b)); got.Kind != c.want {
 			t.Errorf("worse(%s, %s) = %s, want %s", c.a, c.b, got.Kind, c.want)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -130,7 +131,7 @@ func (g *Events) Make(keys ...string) []*outbox.Event {
 	return out
 }
 
-func deliver(t *testing.T, c sink.Consumer, events []*outbox.Event) []sink.Outcome {
+func deliver(t *testing.T, c sink.Consumer, events []*outbox.Event) []delivery.Outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
@@ -156,9 +157,9 @@ func DeliverAll(t *testing.T, c sink.Consumer, events []*outbox.Event) {
 	for {
 		out := deliver(t, c, pending)
 		var next []*outbox.Event
-		var last sink.Outcome
+		var last delivery.Outcome
 		for i, o := range out {
-			if o.Kind == sink.Poison {
+			if o.Kind == delivery.Poison {
 				t.Fatalf("event %d: poison: %s", pending[i].ID, o.Reason)
 			}
 			if !o.Kind.Delivered() {
@@ -236,7 +237,7 @@ func checkMessage(t *testing.T, m sink.Message, e *outbox.Event) {
 	}
 }
 
-func kinds(out []sink.Outcome) []string {
+func kinds(out []delivery.Outcome) []string {
 	s := make([]string, len(out))
 	for i, o := range out {
 		s[i] = o.Kind.String()
@@ -253,7 +254,7 @@ func testOK(t *testing.T, h Harness) {
 	}
 	out := deliver(t, in.Consumer(), events)
 	for i, o := range out {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Fatalf("event %d: %s %s, want ok (all: %v)", events[i].ID, o.Kind, o.Reason, kinds(out))
 		}
 	}
@@ -278,14 +279,14 @@ func testUnavailable(t *testing.T, h Harness) {
 		e := events[i]
 		k := e.AggregateKey()
 		switch {
-		case o.Kind == sink.Unavailable:
+		case o.Kind == delivery.Unavailable:
 			unavailable++
 			if o.Reason == "" {
 				t.Errorf("event %d: unavailable without a reason", e.ID)
 			}
-		case o.Kind == sink.NotAttempted && k != "" && head[k]:
+		case o.Kind == delivery.NotAttempted && k != "" && head[k]:
 			// a later event of an aggregate whose head failed
-		case o.Kind == sink.NotAttempted && o.Reason != "":
+		case o.Kind == delivery.NotAttempted && o.Reason != "":
 			// not sent after the destination failed earlier in the batch
 		default:
 			t.Errorf("event %d while broken: %s %q, want unavailable (or not_attempted after its aggregate's failure, or not sent with a reason)", e.ID, o.Kind, o.Reason)
@@ -334,12 +335,12 @@ func testPoison(t *testing.T, h Harness) {
 	in.Poison(t, events[1]) // the second event of a
 	in.Poison(t, events[4]) // an event without aggregate
 	out := deliver(t, in.Consumer(), events)
-	want := []sink.Kind{sink.OK, sink.Poison, sink.NotAttempted, sink.OK, sink.Poison, sink.OK}
+	want := []delivery.Kind{delivery.OK, delivery.Poison, delivery.NotAttempted, delivery.OK, delivery.Poison, delivery.OK}
 	for i, o := range out {
 		if o.Kind != want[i] {
 			t.Errorf("event %d: %s %q, want %s", events[i].ID, o.Kind, o.Reason, want[i])
 		}
-		if o.Kind == sink.Poison && o.Reason == "" {
+		if o.Kind == delivery.Poison && o.Reason == "" {
 			t.Errorf("event %d: poison without a reason", events[i].ID)
 		}
 	}
@@ -370,7 +371,7 @@ func testOrder(t *testing.T, h Harness) {
 	third := g.Make("agg0", "agg0", "agg1", "agg0", "agg1")
 	in.Poison(t, third[1])
 	out := deliver(t, in.Consumer(), third)
-	want := []sink.Kind{sink.OK, sink.Poison, sink.OK, sink.NotAttempted, sink.OK}
+	want := []delivery.Kind{delivery.OK, delivery.Poison, delivery.OK, delivery.NotAttempted, delivery.OK}
 	for i, o := range out {
 		if o.Kind != want[i] {
 			t.Errorf("event %d: %s %q, want %s", third[i].ID, o.Kind, o.Reason, want[i])
@@ -412,7 +413,7 @@ func testCancelled(t *testing.T, h Harness) {
 		t.Fatalf("Deliver returned %d outcomes for %d events", len(out), len(events))
 	}
 	for i, o := range out {
-		if o.Kind != sink.NotAttempted && o.Kind != sink.Retry {
+		if o.Kind != delivery.NotAttempted && o.Kind != delivery.Retry {
 			t.Errorf("event %d with a cancelled context: %s %q, want not_attempted or retry", events[i].ID, o.Kind, o.Reason)
 		}
 	}
@@ -421,7 +422,7 @@ func testCancelled(t *testing.T, h Harness) {
 	CheckReceived(t, in.Received(t), events)
 }
 
-// lease is a sink.Lease for the suite: partition = event id mod 16, a fixed
+// lease is a delivery.Lease for the suite: partition = event id mod 16, a fixed
 // epoch, and a deadline that has passed when expired is set.
 type lease struct {
 	epoch   int64
@@ -432,7 +433,7 @@ func (l *lease) Token(e *outbox.Event) (int, int64, bool) { return int(e.ID % 16
 
 func (l *lease) Check() error {
 	if l.expired.Load() {
-		return sink.ErrLeaseExpired
+		return delivery.ErrLeaseExpired
 	}
 	return nil
 }
@@ -442,10 +443,10 @@ func testFencing(t *testing.T, h Harness) {
 	var g Events
 	events := g.Make("a", "b", "a", "")
 	l := &lease{epoch: 7}
-	ctx, cancel := context.WithTimeout(sink.WithLease(context.Background(), l), Timeout)
+	ctx, cancel := context.WithTimeout(delivery.WithLease(context.Background(), l), Timeout)
 	defer cancel()
 	for i, o := range in.Consumer().Deliver(ctx, events) {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Fatalf("event %d with a valid lease: %s %q", events[i].ID, o.Kind, o.Reason)
 		}
 	}
@@ -461,7 +462,7 @@ func testFencing(t *testing.T, h Harness) {
 	l.expired.Store(true)
 	late := g.Make("a", "c", "", "c")
 	for i, o := range in.Consumer().Deliver(ctx, late) {
-		if o.Kind != sink.NotAttempted {
+		if o.Kind != delivery.NotAttempted {
 			t.Errorf("event %d after the lease deadline: %s %q, want not_attempted", late[i].ID, o.Kind, o.Reason)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
@@ -36,7 +37,7 @@ func countingClient(dials *atomic.Int32) *http.Client {
 // at most sent of them and at least one; the heads not sent are
 // NotAttempted with "not sent: " and the same reason; later events of an
 // aggregate NotAttempted.
-func checkOutage(t *testing.T, evs []*outbox.Event, out []sink.Outcome, want string, sent int) {
+func checkOutage(t *testing.T, evs []*outbox.Event, out []delivery.Outcome, want string, sent int) {
 	t.Helper()
 	head := map[uuid.UUID]bool{}
 	unavailable := 0
@@ -44,12 +45,12 @@ func checkOutage(t *testing.T, evs []*outbox.Event, out []sink.Outcome, want str
 		o := out[i]
 		switch {
 		case head[*e.AggregateID]:
-			if o.Kind != sink.NotAttempted {
+			if o.Kind != delivery.NotAttempted {
 				t.Fatalf("event %d after its aggregate's head: %v %q, want not attempted", e.ID, o.Kind, o.Reason)
 			}
-		case o.Kind == sink.Unavailable && strings.Contains(o.Reason, want):
+		case o.Kind == delivery.Unavailable && strings.Contains(o.Reason, want):
 			unavailable++
-		case o.Kind == sink.NotAttempted && strings.HasPrefix(o.Reason, "not sent: the endpoint failed earlier in this batch: ") && strings.Contains(o.Reason, want):
+		case o.Kind == delivery.NotAttempted && strings.HasPrefix(o.Reason, "not sent: the endpoint failed earlier in this batch: ") && strings.Contains(o.Reason, want):
 		default:
 			t.Fatalf("event %d: %v %q, want unavailable or not sent (%q)", e.ID, o.Kind, o.Reason, want)
 		}
@@ -99,7 +100,7 @@ func TestOverloadedEndpointIsUnavailable(t *testing.T) {
 		out := c.Deliver(t.Context(), evs)
 		checkOutage(t, evs, out, strconv.Itoa(status), 1)
 		for i, o := range out {
-			if o.Kind == sink.Unavailable && o.RetryAfter != 7*time.Second {
+			if o.Kind == delivery.Unavailable && o.RetryAfter != 7*time.Second {
 				t.Fatalf("status %d, event %d: RetryAfter %s, want 7s", status, evs[i].ID, o.RetryAfter)
 			}
 		}
@@ -131,9 +132,9 @@ func TestOne500AmongSuccesses(t *testing.T) {
 	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = 1 })
 	out := c.Deliver(t.Context(), evs)
 	for i, o := range out {
-		want := sink.OK
+		want := delivery.OK
 		if evs[i].ID == bad {
-			want = sink.Unavailable
+			want = delivery.Unavailable
 		}
 		if o.Kind != want {
 			t.Fatalf("event %d: %v %q, want %v", evs[i].ID, o.Kind, o.Reason, want)
@@ -177,7 +178,7 @@ func TestTimeoutIsUnavailable(t *testing.T) {
 	}
 }
 
-// testLease is a sink.Lease: partition = event id mod 8, a fixed epoch, and
+// testLease is a delivery.Lease: partition = event id mod 8, a fixed epoch, and
 // a deadline that passes when expired is set.
 type testLease struct {
 	epoch   int64
@@ -187,7 +188,7 @@ type testLease struct {
 func (l *testLease) Token(e *outbox.Event) (int, int64, bool) { return int(e.ID % 8), l.epoch, true }
 func (l *testLease) Check() error {
 	if l.expired.Load() {
-		return sink.ErrLeaseExpired
+		return delivery.ErrLeaseExpired
 	}
 	return nil
 }
@@ -199,10 +200,10 @@ func TestLeaseFencing(t *testing.T) {
 	rc := newReceiver(t, nil)
 	c := newConsumer(t, rc.srv.URL, nil)
 	l := &testLease{epoch: 42}
-	ctx := sink.WithLease(t.Context(), l)
+	ctx := delivery.WithLease(t.Context(), l)
 	evs := events(3, 2)
 	for i, o := range c.Deliver(ctx, evs) {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Fatalf("event %d: %v %q", evs[i].ID, o.Kind, o.Reason)
 		}
 	}
@@ -228,7 +229,7 @@ func TestLeaseFencing(t *testing.T) {
 	l.expired.Store(true)
 	more := events(4, 2)
 	for i, o := range c.Deliver(ctx, more) {
-		if o.Kind != sink.NotAttempted || (o.Reason != "" && o.Reason != "lease deadline passed") {
+		if o.Kind != delivery.NotAttempted || (o.Reason != "" && o.Reason != "lease deadline passed") {
 			t.Fatalf("event %d after the lease deadline: %v %q, want not attempted", more[i].ID, o.Kind, o.Reason)
 		}
 	}
@@ -249,10 +250,10 @@ func TestLeaseCancelsInFlight(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) })
 	c := newConsumer(t, rc.srv.URL, nil)
-	ctx, cancel := context.WithCancelCause(sink.WithLease(t.Context(), &testLease{epoch: 1}))
-	go func() { <-started; cancel(sink.ErrLeaseExpired) }()
+	ctx, cancel := context.WithCancelCause(delivery.WithLease(t.Context(), &testLease{epoch: 1}))
+	go func() { <-started; cancel(delivery.ErrLeaseExpired) }()
 	out := c.Deliver(ctx, events(1, 2))
-	if out[0].Kind != sink.NotAttempted || !strings.Contains(out[0].Reason, "lease deadline passed") || out[1].Kind != sink.NotAttempted {
+	if out[0].Kind != delivery.NotAttempted || !strings.Contains(out[0].Reason, "lease deadline passed") || out[1].Kind != delivery.NotAttempted {
 		t.Fatalf("cancelled at the lease deadline: %v, %v; want not attempted", out[0], out[1])
 	}
 }
@@ -283,7 +284,7 @@ func TestOutageReasonHidesURLSecrets(t *testing.T) {
 	addr := testenv.FreeAddr(t) // nothing listens there
 	c := newConsumer(t, "http://user:pa55word@"+addr+"/hook?token=s3cr3t", nil)
 	out := c.Deliver(t.Context(), events(1, 1))
-	if out[0].Kind != sink.Unavailable {
+	if out[0].Kind != delivery.Unavailable {
 		t.Fatalf("outcome %v %q, want unavailable", out[0].Kind, out[0].Reason)
 	}
 	for _, secret := range []string{"pa55word", "s3cr3t", "user"} {

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
-	"github.com/searchsync/searchsync/sink"
 )
 
 func secretFile(t *testing.T, content string) string {
@@ -62,7 +62,7 @@ func TestMutualTLSEndpoint(t *testing.T) {
 		w.TLS = tlsconf.Config{CAFile: ca.CertFile, CertFile: cert, KeyFile: key}
 	})
 	for i, o := range c.Deliver(t.Context(), events(2, 2)) {
-		if o.Kind != sink.OK {
+		if o.Kind != delivery.OK {
 			t.Fatalf("event %d over mTLS: %v %s", i, o.Kind, o.Reason)
 		}
 	}
@@ -72,7 +72,7 @@ func TestMutualTLSEndpoint(t *testing.T) {
 		w.TLS = tlsconf.Config{CAFile: ca.CertFile, CertFile: cert, KeyFile: key, ServerName: "hooks.example.com"}
 	})
 	o := c.Deliver(t.Context(), events(1, 1))[0]
-	if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, "webhook.tls.server_name") {
+	if o.Kind != delivery.Unavailable || !strings.Contains(o.Reason, "webhook.tls.server_name") {
 		t.Errorf("wrong server_name: %v %s", o.Kind, o.Reason)
 	}
 }
@@ -101,7 +101,7 @@ func TestMutualTLSFailuresNameTheSetting(t *testing.T) {
 		o := c.Deliver(t.Context(), events(1, 1))[0]
 		// A handshake that fails is an outage of the endpoint (docs/outages.md):
 		// the consumer pauses, no event loses an attempt.
-		if o.Kind != sink.Unavailable || !strings.Contains(o.Reason, tc.want) {
+		if o.Kind != delivery.Unavailable || !strings.Contains(o.Reason, tc.want) {
 			t.Errorf("%s: %v %q, want Unavailable naming %q", tc.name, o.Kind, o.Reason, tc.want)
 		}
 	}

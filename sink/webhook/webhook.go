@@ -13,7 +13,7 @@
 //
 // # Outcomes
 //
-// 2xx is delivered. A failure of the endpoint as a whole is sink.Unavailable
+// 2xx is delivered. A failure of the endpoint as a whole is delivery.Unavailable
 // (the relay pauses the consumer; the events' attempts do not move): no
 // connection (refused, reset, DNS, TLS handshake), no answer within
 // webhook.timeout, 408, 429 and 5xx, and 401/403 (the receiver refuses our
@@ -38,7 +38,7 @@
 // # Fencing
 //
 // Right before each request the consumer checks the relay's partition lease
-// (sink.CheckLease); once its deadline has passed nothing more is sent and
+// (delivery.CheckLease); once its deadline has passed nothing more is sent and
 // the events are NotAttempted ("lease deadline passed"). Every request
 // carries the lease's fencing token of its event in the headers
 // Searchsync-Partition and Searchsync-Lease-Epoch (sink.HeaderPartition,
@@ -77,6 +77,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/tlsconf"
@@ -258,8 +259,8 @@ func (c *Consumer) Name() string { return c.name }
 // Deliver posts the events: aggregates concurrently (bounded by the
 // endpoint's concurrency), the events of one aggregate in order, stopping at
 // the first that is not delivered.
-func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.Outcome {
-	out := make([]sink.Outcome, len(events))
+func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delivery.Outcome {
+	out := make([]delivery.Outcome, len(events))
 	// Group the positions by aggregate, keeping id order inside each group;
 	// events without an aggregate are groups of their own.
 	var groups [][]int
@@ -307,52 +308,52 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []sink.O
 // batch is the state that the requests of one Deliver call share: the
 // first failure that says the endpoint is down.
 type batch struct {
-	down atomic.Pointer[sink.Outcome]
+	down atomic.Pointer[delivery.Outcome]
 }
 
 // notSent is the outcome of an event that is not sent because the endpoint
 // failed earlier in the batch: NotAttempted (its attempts must not move),
 // the failure as the reason.
-func (b *batch) notSent() (sink.Outcome, bool) {
+func (b *batch) notSent() (delivery.Outcome, bool) {
 	o := b.down.Load()
 	if o == nil {
-		return sink.Outcome{}, false
+		return delivery.Outcome{}, false
 	}
-	return sink.Outcome{Kind: sink.NotAttempted, Reason: "not sent: the endpoint failed earlier in this batch: " + o.Reason}, true
+	return delivery.Outcome{Kind: delivery.NotAttempted, Reason: "not sent: the endpoint failed earlier in this batch: " + o.Reason}, true
 }
 
 // deliverOne sends one event and maps the answer to an outcome. A cancelled
 // ctx (the relay is stopping) or a passed lease deadline gives NotAttempted:
 // the row stays as it is and the event is sent again later.
-func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) sink.Outcome {
+func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) delivery.Outcome {
 	if o, ok := b.notSent(); ok {
 		return o
 	}
 	body, err := sink.Body(e)
 	if err != nil {
-		return sink.Poisonf("encode event %d: %v", e.ID, err)
+		return delivery.Poisonf("encode event %d: %v", e.ID, err)
 	}
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
-		return sink.Outcome{}
+		return delivery.Outcome{}
 	}
 	defer func() { <-c.slots }()
 	if o, ok := b.notSent(); ok {
 		return o // failed while this one waited for a slot
 	}
-	if err := sink.CheckLease(ctx); err != nil {
-		if errors.Is(err, sink.ErrLeaseExpired) {
-			return sink.Outcome{Kind: sink.NotAttempted, Reason: "lease deadline passed"}
+	if err := delivery.CheckLease(ctx); err != nil {
+		if errors.Is(err, delivery.ErrLeaseExpired) {
+			return delivery.Outcome{Kind: delivery.NotAttempted, Reason: "lease deadline passed"}
 		}
-		return sink.Outcome{}
+		return delivery.Outcome{}
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, c.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return sink.Poisonf("build request: %v", err)
+		return delivery.Poisonf("build request: %v", err)
 	}
 	id := strconv.FormatInt(e.ID, 10)
 	ts := c.now().Unix()
@@ -361,7 +362,7 @@ func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) si
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(c.key, id, ts, body))
-	if l, ok := sink.LeaseOf(ctx); ok {
+	if l, ok := delivery.LeaseOf(ctx); ok {
 		if part, epoch, ok := l.Token(e); ok {
 			req.Header.Set(sink.HeaderPartition, strconv.Itoa(part))
 			req.Header.Set(sink.HeaderLeaseEpoch, strconv.FormatInt(epoch, 10))
@@ -372,16 +373,16 @@ func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) si
 	resp, err := c.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			if errors.Is(context.Cause(ctx), sink.ErrLeaseExpired) {
-				return sink.Outcome{Kind: sink.NotAttempted, Reason: "lease deadline passed (request cancelled in flight)"}
+			if errors.Is(context.Cause(ctx), delivery.ErrLeaseExpired) {
+				return delivery.Outcome{Kind: delivery.NotAttempted, Reason: "lease deadline passed (request cancelled in flight)"}
 			}
-			return sink.Outcome{}
+			return delivery.Outcome{}
 		}
-		var o sink.Outcome
+		var o delivery.Outcome
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			o = sink.Unavailablef("POST %s: no answer within %s", c.shownURL, c.cfg.Timeout)
+			o = delivery.Unavailablef("POST %s: no answer within %s", c.shownURL, c.cfg.Timeout)
 		} else {
-			o = sink.Unavailablef("POST %s: %v", c.shownURL, tlsconf.Explain(unwrapURLError(err), "webhook.tls", c.cfg.TLS))
+			o = delivery.Unavailablef("POST %s: %v", c.shownURL, tlsconf.Explain(unwrapURLError(err), "webhook.tls", c.cfg.TLS))
 		}
 		b.down.CompareAndSwap(nil, &o)
 		return o
@@ -399,11 +400,11 @@ func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) si
 // classify maps a response to an outcome, and says whether the answer
 // means that the endpoint as a whole is down or refuses load (the batch's
 // later events are then not sent).
-func classify(resp *http.Response, snippet string) (sink.Outcome, bool) {
+func classify(resp *http.Response, snippet string) (delivery.Outcome, bool) {
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
-		return sink.Ok(), false
+		return delivery.Ok(), false
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 ||
 		code == http.StatusUnauthorized || code == http.StatusForbidden:
 		reason := "HTTP " + resp.Status
@@ -420,15 +421,15 @@ func classify(resp *http.Response, snippet string) (sink.Outcome, bool) {
 		// A 500 (not 502/503/504) to one request may be the event's own
 		// doing; 401/403 are about the endpoint's configuration.
 		suspect := !down && code >= 500
-		return sink.Outcome{Kind: sink.Unavailable, Reason: reason, RetryAfter: after, Suspect: suspect}, down
+		return delivery.Outcome{Kind: delivery.Unavailable, Reason: reason, RetryAfter: after, Suspect: suspect}, down
 	case code >= 300 && code < 400:
-		return sink.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location")), false
+		return delivery.Poisonf("HTTP %s: redirect to %q not followed; configure the final URL", resp.Status, resp.Header.Get("Location")), false
 	default:
 		reason := "HTTP " + resp.Status
 		if snippet != "" {
 			reason += ": " + snippet
 		}
-		return sink.Outcome{Kind: sink.Poison, Reason: reason}, false
+		return delivery.Outcome{Kind: delivery.Poison, Reason: reason}, false
 	}
 }
 

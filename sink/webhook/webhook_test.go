@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
@@ -189,7 +190,7 @@ func TestDeliverSignsEveryRequest(t *testing.T) {
 		evs := events(3, 2)
 		evs = append(evs, &outbox.Event{ID: 999, EventType: "system.ping", AggregateType: "SYSTEM", Payload: json.RawMessage(`{}`)})
 		for i, o := range c.Deliver(t.Context(), evs) {
-			if o.Kind != sink.OK {
+			if o.Kind != delivery.OK {
 				t.Fatalf("secret %q: event %d: %v %s", secret, evs[i].ID, o.Kind, o.Reason)
 			}
 		}
@@ -224,26 +225,26 @@ func TestOutcomeMapping(t *testing.T) {
 		status int
 		header map[string]string
 		body   string
-		kind   sink.Kind
+		kind   delivery.Kind
 		reason []string
 		after  time.Duration
 	}{
-		{status: 200, kind: sink.OK},
-		{status: 201, kind: sink.OK},
-		{status: 204, kind: sink.OK},
-		{status: 408, kind: sink.Unavailable, reason: []string{"408"}},
-		{status: 429, header: map[string]string{"Retry-After": "30"}, kind: sink.Unavailable, reason: []string{"429", "Retry-After 30s"}, after: 30 * time.Second},
-		{status: 500, body: "boom\nwith lines", kind: sink.Unavailable, reason: []string{"500", "boom with lines"}},
-		{status: 502, kind: sink.Unavailable, reason: []string{"502"}},
-		{status: 503, header: map[string]string{"Retry-After": "120"}, kind: sink.Unavailable, reason: []string{"503", "Retry-After 2m0s"}, after: 2 * time.Minute},
-		{status: 504, header: map[string]string{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, kind: sink.Unavailable, reason: []string{"504", "Retry-After Wed, 21 Oct 2015"}},
-		{status: 400, body: `{"error":"missing field"}`, kind: sink.Poison, reason: []string{"400 Bad Request", `{"error":"missing field"}`}},
-		{status: 401, kind: sink.Unavailable, reason: []string{"401"}},
-		{status: 403, body: "bad signature", kind: sink.Unavailable, reason: []string{"403", "bad signature"}},
-		{status: 404, kind: sink.Poison, reason: []string{"404"}},
-		{status: 410, kind: sink.Poison, reason: []string{"410"}},
-		{status: 422, body: long, kind: sink.Poison, reason: []string{"422", "xxx…"}},
-		{status: 301, header: map[string]string{"Location": "http://elsewhere/"}, kind: sink.Poison, reason: []string{"301", "http://elsewhere/"}},
+		{status: 200, kind: delivery.OK},
+		{status: 201, kind: delivery.OK},
+		{status: 204, kind: delivery.OK},
+		{status: 408, kind: delivery.Unavailable, reason: []string{"408"}},
+		{status: 429, header: map[string]string{"Retry-After": "30"}, kind: delivery.Unavailable, reason: []string{"429", "Retry-After 30s"}, after: 30 * time.Second},
+		{status: 500, body: "boom\nwith lines", kind: delivery.Unavailable, reason: []string{"500", "boom with lines"}},
+		{status: 502, kind: delivery.Unavailable, reason: []string{"502"}},
+		{status: 503, header: map[string]string{"Retry-After": "120"}, kind: delivery.Unavailable, reason: []string{"503", "Retry-After 2m0s"}, after: 2 * time.Minute},
+		{status: 504, header: map[string]string{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, kind: delivery.Unavailable, reason: []string{"504", "Retry-After Wed, 21 Oct 2015"}},
+		{status: 400, body: `{"error":"missing field"}`, kind: delivery.Poison, reason: []string{"400 Bad Request", `{"error":"missing field"}`}},
+		{status: 401, kind: delivery.Unavailable, reason: []string{"401"}},
+		{status: 403, body: "bad signature", kind: delivery.Unavailable, reason: []string{"403", "bad signature"}},
+		{status: 404, kind: delivery.Poison, reason: []string{"404"}},
+		{status: 410, kind: delivery.Poison, reason: []string{"410"}},
+		{status: 422, body: long, kind: delivery.Poison, reason: []string{"422", "xxx…"}},
+		{status: 301, header: map[string]string{"Location": "http://elsewhere/"}, kind: delivery.Poison, reason: []string{"301", "http://elsewhere/"}},
 	} {
 		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
 			t.Parallel()
@@ -272,9 +273,9 @@ func TestOutcomeMapping(t *testing.T) {
 				t.Fatalf("reason is not bounded: %d bytes", len(out[0].Reason))
 			}
 			// The aggregate's second event is tried only after a success.
-			want := sink.NotAttempted
-			if tc.kind == sink.OK {
-				want = sink.OK
+			want := delivery.NotAttempted
+			if tc.kind == delivery.OK {
+				want = delivery.OK
 			}
 			if out[1].Kind != want {
 				t.Fatalf("second event: %v, want %v", out[1].Kind, want)
@@ -296,7 +297,7 @@ func TestCancelledContextIsNotAttempted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { <-started; cancel() }()
 	out := c.Deliver(ctx, events(1, 2))
-	if out[0].Kind != sink.NotAttempted || out[1].Kind != sink.NotAttempted {
+	if out[0].Kind != delivery.NotAttempted || out[1].Kind != delivery.NotAttempted {
 		t.Fatalf("cancelled delivery: %v, %v; want not attempted (the row stays as it is)", out[0], out[1])
 	}
 }
@@ -330,7 +331,7 @@ func TestConcurrencyBound(t *testing.T) {
 	for range 2 {
 		wg.Go(func() {
 			for _, o := range c.Deliver(t.Context(), events(12, 2)) {
-				if o.Kind != sink.OK {
+				if o.Kind != delivery.OK {
 					t.Errorf("outcome %v %s", o.Kind, o.Reason)
 				}
 			}
@@ -399,13 +400,13 @@ func TestOrderPerAggregate(t *testing.T) {
 	for i, e := range evs {
 		n := seq[*e.AggregateID]
 		seq[*e.AggregateID]++
-		want := sink.OK
+		want := delivery.OK
 		if *e.AggregateID == failing {
 			switch {
 			case n == 3:
-				want = sink.Unavailable
+				want = delivery.Unavailable
 			case n > 3:
-				want = sink.NotAttempted
+				want = delivery.NotAttempted
 			}
 		}
 		if out[i].Kind != want {
