@@ -325,7 +325,7 @@ func (w *Writer) sendHeld(ctx context.Context, down *atomic.Pointer[string], ops
 				mid := len(pending) / 2
 				w.sendHeld(ctx, down, ops, pending[:mid], out)
 				w.sendHeld(ctx, down, ops, pending[mid:], out)
-			case isEngine && !ee.Temporary() && ee.Status != http.StatusUnauthorized && ee.Status != http.StatusForbidden:
+			case isEngine && !ee.Temporary() && !forbiddenStatus(ee.Status):
 				// The whole request was refused (not an item): nothing
 				// about it will change by retrying.
 				w.finish(out, pending, Outcome{Outcome: delivery.Poisonf("%s", ee.Error()), Result: BulkResult{Status: ee.Status, ErrType: ee.Type, ErrReason: ee.Reason}, Attempts: attempt})
@@ -461,18 +461,18 @@ func classify(op BulkOp, r BulkResult) (o delivery.Outcome, again bool) {
 	// The reasons only for items that need one (two Sprintfs per item were
 	// a good part of the writer's CPU).
 	what := fmt.Sprintf("%s %s/%s v%d", op.Type, op.Index, op.ID, op.Version)
-	engineSaid := fmt.Sprintf("engine answered %d %s: %s", r.Status, r.ErrType, r.ErrReason)
+	engineSaid := r.Answer()
 	switch {
 	case r.Status == http.StatusConflict:
 		return delivery.Outcome{Kind: delivery.Stale, Reason: what + ": " + engineSaid}, false
 	case r.ErrType == "cluster_block_exception":
 		return delivery.Unavailablef("cluster block on %s: %s (%s)", op.Index, engineSaid, what), false
-	case r.ErrType == "index_not_found_exception":
+	case r.IndexNotFound():
 		return delivery.Unavailablef("index %s missing: %s (%s)", op.Index, engineSaid, what), false
 	case documentIDsRefused(r.Status, r.ErrReason):
 		// The collection, not the event: every write would fail alike.
 		return delivery.Unavailablef("%s: %s (%s)", engineSaid, documentIDHint, what), false
-	case r.Status == http.StatusUnauthorized, r.Status == http.StatusForbidden:
+	case forbiddenStatus(r.Status):
 		return delivery.Unavailablef("not authorized to write %s: %s (%s; %s)", op.Index, engineSaid, what, forbiddenHint("", r.ErrReason)), false
 	case r.Status == http.StatusTooManyRequests:
 		return delivery.Unavailablef("engine overloaded: %s (%s)", engineSaid, what), true

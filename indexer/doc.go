@@ -14,8 +14,10 @@
 //
 // Errors: an answer of the engine with status >= 400 is an *EngineError
 // (status, the engine's error type and reason); no answer at all is a
-// *TransportError; IsTemporary says whether retrying can help (transport
-// failures, 429, 5xx). The clients' own retries are off, so that a failure
+// *TransportError. Callers decide with the predicates of errors.go
+// (IsTemporary: retrying can help — no answer, 429, 5xx; IsForbidden: 401
+// or 403; IsIndexNotFound, IsAlreadyExists, IsUnsupported), never with a
+// status code or an error type of their own. The clients' own retries are off, so that a failure
 // is reported once and promptly. The Writer retries only the failing items
 // of an answered request (429 rejected execution, 5xx) for a few seconds;
 // a failure of the engine as a whole (no answer, the whole request refused,

@@ -3,9 +3,6 @@ package indexer
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"net/http"
-	"strconv"
 )
 
 // Engine is the seam between searchsync and a search engine. Two adapters
@@ -147,75 +144,4 @@ type Hit struct {
 	ID      string
 	Version int64
 	Source  json.RawMessage
-}
-
-// EngineError is an error answer of the engine.
-type EngineError struct {
-	Op     string // what was attempted, e.g. "create index customers_v1"
-	Status int
-	Type   string
-	Reason string
-	// Hint, for 401 and 403, names the setting to check or the privilege
-	// to grant (connect.go, access.go).
-	Hint string
-}
-
-func (e *EngineError) Error() string {
-	typ := e.Type
-	if typ == "" {
-		// An answer without an error object (a proxy's or the security
-		// plugin's plain "Unauthorized"): the status's text.
-		typ = http.StatusText(e.Status)
-	}
-	s := e.Op + ": " + strconv.Itoa(e.Status) + " " + typ
-	if e.Reason != "" && e.Reason != typ {
-		s += ": " + e.Reason
-	}
-	if e.Hint != "" {
-		s += " (" + e.Hint + ")"
-	}
-	return s
-}
-
-// Temporary reports whether retrying the same request later can succeed:
-// 429 (rejected execution, retryable cluster blocks) and 5xx answers.
-func (e *EngineError) Temporary() bool {
-	return e.Status == http.StatusTooManyRequests || e.Status >= 500
-}
-
-// TransportError is a failure to get an answer from the engine at all
-// (connection refused, reset, timeout, unreadable response). It is always
-// worth retrying.
-type TransportError struct {
-	Op  string // what was attempted
-	Err error
-}
-
-func (e *TransportError) Error() string { return e.Op + ": engine unreachable: " + e.Err.Error() }
-func (e *TransportError) Unwrap() error { return e.Err }
-
-// AsEngineError returns the *EngineError in err's chain, if any.
-func AsEngineError(err error) (*EngineError, bool) {
-	var ee *EngineError
-	ok := errors.As(err, &ee)
-	return ee, ok
-}
-
-// IsTransport reports whether err is a transport failure (no answer from
-// the engine), as opposed to an answer of the engine.
-func IsTransport(err error) bool {
-	var te *TransportError
-	return errors.As(err, &te)
-}
-
-// IsTemporary reports whether err is worth retrying: a transport failure or
-// an engine answer with status 429 or 5xx. A cancelled context is not.
-func IsTemporary(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if ee, ok := AsEngineError(err); ok {
-		return ee.Temporary()
-	}
-	return IsTransport(err)
 }
