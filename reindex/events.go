@@ -2,7 +2,6 @@ package reindex
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -175,9 +174,9 @@ func (r *Reindexer) readRest(ctx context.Context, c *chunk) error {
 // of the replay produced (or the target's document, read once).
 type docState struct {
 	version int64
+	// doc is the folded state: shared copy-on-write with the results and
+	// earlier states (projections.Fold), never changed in place.
 	doc     map[string]any
-	deleted bool
-	known   bool // doc is the whole state (from the target, the cache or a full-state event)
 	copy    bool // doc came from the live index and is written even if no step is newer
 	routing string
 }
@@ -262,80 +261,29 @@ func (r *Reindexer) seededNewer(e *outbox.Event, v int64) bool {
 	return true
 }
 
-// apply runs the steps of one document onto st (coalescing) and returns the
-// op that writes the result, or ok false when no step is newer than st.
-// It builds documents exactly as the search consumer does (sink/search:
-// resolve and fold), so that replayed documents equal live ones: the tenant
-// field is filled in when the projection did not set it, a soft-delete
-// index gets "<tombstone_field>": false on every write and true on a delete
-// (the last state plus the flag), and a step not newer than the state is
-// skipped.
+// apply folds the steps of one document onto st (coalescing) with
+// projections.Fold, the fold of the search consumer, so that replayed
+// documents equal live ones, and returns the op that writes the result, or
+// ok false when no step is newer than st (unless st is a copy of the live
+// index's document, which is written as it is).
 func (r *Reindexer) apply(id string, st *docState, steps []*projections.Result) (op indexer.BulkOp, ok bool, err error) {
-	def := r.cfg.Def
-	maxVersion := st.version
-	applied := 0
-	for _, s := range steps {
-		if s.Op == projections.OpIgnore {
-			continue
+	f := projections.NewFold(r.rules, st.doc, st.version)
+	f.ApplyAll(steps)
+	kind, version, doc := f.Write()
+	st.doc, st.version = doc, version
+	if kind == projections.OpIgnore {
+		if !st.copy {
+			return op, false, nil
 		}
-		if s.Version <= maxVersion && (maxVersion > 0 || applied > 0) {
-			continue
-		}
-		maxVersion = s.Version
-		applied++
-		switch s.Op {
-		case projections.OpIndex:
-			doc := s.Doc
-			if def.Tenancy.Mode == mapping.TenancyShared && s.Tenant != "" {
-				if _, ok := projections.Lookup(doc, def.Tenancy.Field); !ok {
-					doc = projections.Clone(doc)
-					if doc == nil {
-						doc = map[string]any{}
-					}
-					projections.SetPath(doc, def.Tenancy.Field, s.Tenant)
-				}
-			}
-			if s.Partial {
-				st.doc = projections.DeepMerge(st.doc, doc)
-			} else {
-				st.doc = projections.Clone(doc)
-				if st.doc == nil {
-					st.doc = map[string]any{}
-				}
-			}
-			st.deleted = false
-			if def.DeleteMode == mapping.DeleteSoft {
-				st.doc[def.TombstoneField] = false
-			}
-		case projections.OpDelete:
-			st.deleted = true
-			if def.DeleteMode == mapping.DeleteSoft {
-				if st.doc == nil {
-					st.doc = map[string]any{}
-				}
-				if s.Tenant != "" && def.Tenancy.Mode == mapping.TenancyShared {
-					if _, ok := projections.Lookup(st.doc, def.Tenancy.Field); !ok {
-						projections.SetPath(st.doc, def.Tenancy.Field, s.Tenant)
-					}
-				}
-				st.doc[def.TombstoneField] = true
-			} else {
-				st.doc = nil
-			}
-		}
-		st.known = true
-		st.version = s.Version
-	}
-	if applied == 0 && !st.copy {
-		return op, false, nil
+		kind = projections.OpIndex
 	}
 	st.copy = false
-	op = indexer.BulkOp{Index: r.target, ID: id, Version: st.version, Routing: st.routing}
-	if st.deleted && def.DeleteMode == mapping.DeleteHard {
+	op = indexer.BulkOp{Index: r.target, ID: id, Version: version, Routing: st.routing}
+	if kind == projections.OpDelete {
 		op.Type = indexer.OpDelete
 		return op, true, nil
 	}
-	b, err := json.Marshal(st.doc)
+	b, err := projections.Encode(doc)
 	if err != nil {
 		return op, false, fmt.Errorf("reindex: document %s: %w", id, err)
 	}

@@ -174,9 +174,10 @@ type Reindexer struct {
 	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
 	versionsKnown  chan struct{} // closed once seeded is complete, before the copy ends (nil: with seedDone)
 
-	slow   time.Duration // tests: a pause per replayed chunk
-	source string        // the live index (tombstones are read from it)
-	hooks  replayHooks   // tests: points of the replay to hold or stop it at
+	slow   time.Duration     // tests: a pause per replayed chunk
+	source string            // the live index (tombstones are read from it)
+	rules  projections.Rules // the definition's, for projections.Fold
+	hooks  replayHooks       // tests: points of the replay to hold or stop it at
 }
 
 // replayHooks are called, when set, by the seed and the replay (tests
@@ -211,7 +212,7 @@ func New(cfg Config) (*Reindexer, error) {
 	if indexer.Serverless(cfg.Engine) {
 		return nil, ErrServerless
 	}
-	r := &Reindexer{cfg: cfg, alias: alias, adm: adm, seeded: map[string]int64{}}
+	r := &Reindexer{cfg: cfg, alias: alias, adm: adm, seeded: map[string]int64{}, rules: cfg.Def.FoldRules()}
 	r.log = cfg.Logger.With("alias", alias)
 	r.w = newWriter(cfg.Engine, cfg.BulkSize, cfg.Concurrency, r.log, func(reason string) {
 		r.update(func(p *Progress) { p.Waiting = reason })

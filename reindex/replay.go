@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
 )
 
@@ -249,9 +248,7 @@ func (r *Reindexer) replayChunks(ctx context.Context, reads <-chan read, cache m
 func (r *Reindexer) loadBases(ctx context.Context, order []string, steps map[string][]*projections.Result, cache map[string]*docState) error {
 	var need []string
 	for _, id := range order {
-		first := steps[id][0]
-		if _, ok := cache[id]; !ok && ((first.Op == projections.OpIndex && first.Partial) ||
-			(first.Op == projections.OpDelete && r.cfg.Def.DeleteMode == mapping.DeleteSoft)) {
+		if _, ok := cache[id]; !ok && r.rules.NeedsState(steps[id][0]) {
 			need = append(need, id)
 		}
 	}
@@ -291,10 +288,7 @@ func (r *Reindexer) loadBases(ctx context.Context, order []string, steps map[str
 		if d, ok := found[id]; ok {
 			m, err := projections.Decode(d.Source)
 			if err == nil {
-				st.doc, st.version, st.known, st.copy = m, d.Version, true, d.copy
-				if del, _ := m[r.cfg.Def.TombstoneField].(bool); del && r.cfg.Def.DeleteMode == mapping.DeleteSoft {
-					st.deleted = true
-				}
+				st.doc, st.version, st.copy = m, d.Version, d.copy
 			}
 		}
 		cache[id] = st
