@@ -128,8 +128,7 @@ func Ensure(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) 
 			st.Index, st.Created, st.LiveHash = name, true, st.Hash
 			return st, nil
 		}
-		ee, ok := indexer.AsEngineError(err)
-		if !ok || ee.Status != 400 || !strings.Contains(ee.Type, "already_exists") {
+		if !indexer.IsAlreadyExists(err) {
 			return nil, err
 		}
 		if attempt >= 5 {

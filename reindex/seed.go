@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -161,7 +160,7 @@ func (r *Reindexer) copyServerSide(ctx context.Context, c indexer.Copy, started 
 		if t != nil {
 			t = sumCopies(t, copied)
 		}
-		if err == nil || t == nil || !temporaryCopyFailure(t) || attempt == copyAttempts {
+		if err == nil || t == nil || !t.Temporary() || attempt == copyAttempts {
 			return t, err
 		}
 		wait := time.Second << (attempt - 1)
@@ -183,27 +182,6 @@ func sumCopies(t *indexer.TaskInfo, copied int64) *indexer.TaskInfo {
 	s.Created += copied
 	s.VersionConflicts = max(0, s.VersionConflicts-copied)
 	return &s
-}
-
-// temporaryCopyFailure reports whether everything that went wrong in the
-// finished copy t is temporary: its error, or every failed document's
-// status, is 429 or 5xx.
-func temporaryCopyFailure(t *indexer.TaskInfo) bool {
-	if t.Error != nil {
-		return t.Error.Temporary()
-	}
-	if len(t.Failures) == 0 {
-		return false
-	}
-	for _, f := range t.Failures {
-		var doc struct {
-			Status int `json:"status"`
-		}
-		if json.Unmarshal(f, &doc) != nil || doc.Status != http.StatusTooManyRequests && doc.Status < 500 {
-			return false
-		}
-	}
-	return true
 }
 
 // copyOnce runs the copy c once (see copyServerSide).

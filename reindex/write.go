@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -143,7 +142,7 @@ func (w *writer) probe(ctx context.Context, index string) string {
 		return err.Error()
 	}
 	blocks, err := w.eng.WriteBlocks(ctx, index)
-	if ee, ok := indexer.AsEngineError(err); ok && (ee.Status == http.StatusUnauthorized || ee.Status == http.StatusForbidden) {
+	if indexer.IsForbidden(err) {
 		// A user without the cluster state privilege: the blocks cannot be
 		// read; the next write tells.
 		return ""

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -181,8 +180,7 @@ func SearchableOffNote(index string, err error) string {
 // refused reports whether the engine refuses the refresh stats for good:
 // 401/403, or an engine that does not serve them (not asked again).
 func refused(err error) bool {
-	ee, ok := indexer.AsEngineError(err)
-	return ok && (ee.Status == http.StatusForbidden || ee.Status == http.StatusUnauthorized) || indexer.IsUnsupported(err)
+	return indexer.IsForbidden(err) || indexer.IsUnsupported(err)
 }
 
 // disable stops the measurement after the engine refused the refresh
