@@ -270,29 +270,6 @@ FROM {t}
 GROUP BY aggregate_type, status
 ORDER BY aggregate_type, status`
 
-	// The head of an aggregate is its first event that is neither dispatched
-	// nor skipped; the aggregate is blocked when the head is failed or
-	// pending with available_at in the future (backing off).
-	blockedSQL = `
-WITH heads AS (
-    SELECT DISTINCT ON (aggregate_type, aggregate_id)
-           aggregate_type, aggregate_id, id, event_type, status::text AS status, attempts,
-           last_error, available_at
-    FROM {t}
-    WHERE status IN ('pending', 'failed') AND aggregate_id IS NOT NULL
-    ORDER BY aggregate_type, aggregate_id, id
-), blocked AS (
-    SELECT * FROM heads WHERE status = 'failed' OR available_at > now()
-)
-SELECT b.aggregate_type, b.aggregate_id, b.id, b.event_type, b.status, b.attempts, b.last_error, b.available_at,
-       (SELECT count(*) FROM {t} w
-        WHERE w.aggregate_type = b.aggregate_type AND w.aggregate_id = b.aggregate_id
-          AND w.id > b.id AND w.status = 'pending'),
-       count(*) OVER ()
-FROM blocked b
-ORDER BY b.id
-LIMIT $1`
-
 	listSQL = `SELECT ` + eventColumns + ` FROM {t} e WHERE ` + filterSQL + ` ORDER BY id LIMIT $12`
 
 	// selectStatusSQL is the selection of an ack (and a dry run's): $13 are the
@@ -387,19 +364,14 @@ DELETE FROM {t} WHERE id = ANY($1) AND status IN ('failed', 'skipped')`
 	finishSQL = `WITH d AS (DELETE FROM {d} WHERE event_id = ANY($1))
 DELETE FROM {t} WHERE id = ANY($1)`
 
-	// Per consumer: its open delivery rows, the events without delivery rows
-	// by type (routed in Go), and its pause state.
-	deliveryCountsSQL = `SELECT consumer, state, count(*) FROM {d} WHERE state <> 'done' GROUP BY consumer, state`
-
-	unsplitCountsSQL = `
-SELECT e.event_type, e.aggregate_type, e.status::text, count(*)
-FROM {t} e
-WHERE e.status IN ('pending', 'failed') AND NOT EXISTS (SELECT 1 FROM {d} d WHERE d.event_id = e.id)
-GROUP BY e.event_type, e.aggregate_type, e.status`
+	// The consumers that are not configured ($1 the configured ones) but
+	// have open delivery rows or a pause row: their rows' counts and pause
+	// state.
+	deliveryCountsSQL = `SELECT consumer, state, count(*) FROM {d} WHERE state <> 'done' AND consumer <> ALL($1) GROUP BY consumer, state`
 
 	consumerStatesSQL = `
 SELECT consumer, state, paused_at, reason, probes, probe_at, instance, updated_at
-FROM {c} ORDER BY consumer`
+FROM {c} WHERE consumer <> ALL($1) ORDER BY consumer`
 
 	// recordJobSQL records a finished operator action. $1 kind, $2 owner,
 	// $3 params, $4 result.
@@ -410,10 +382,10 @@ RETURNING id`
 )
 
 type adminQueries struct {
-	statusCounts, blocked, list, selectStatus, selectRetry, routedPairs, selectOwed, deliveries string
-	retry, retryDeliveries, ackDeliveries, insertDeliveries, summarise, ack, finish, skip       string
-	deliveryCounts, unsplitCounts, consumerStates, recordJob, notify                            string
-	channel                                                                                     string
+	statusCounts, list, selectStatus, selectRetry, routedPairs, selectOwed, deliveries    string
+	retry, retryDeliveries, ackDeliveries, insertDeliveries, summarise, ack, finish, skip string
+	deliveryCounts, consumerStates, recordJob, notify                                     string
+	channel                                                                               string
 }
 
 func newAdminQueries(schema string) adminQueries {
@@ -422,7 +394,6 @@ func newAdminQueries(schema string) adminQueries {
 		"{c}", s+".aa_outbox_consumer", "{job}", s+".aa_job")
 	return adminQueries{
 		statusCounts:     r.Replace(statusCountsSQL),
-		blocked:          r.Replace(blockedSQL),
 		list:             r.Replace(listSQL),
 		selectStatus:     r.Replace(selectStatusSQL),
 		selectRetry:      r.Replace(selectRetrySQL),
@@ -438,7 +409,6 @@ func newAdminQueries(schema string) adminQueries {
 		ack:              r.Replace(ackSQL),
 		finish:           r.Replace(finishSQL),
 		deliveryCounts:   r.Replace(deliveryCountsSQL),
-		unsplitCounts:    r.Replace(unsplitCountsSQL),
 		consumerStates:   r.Replace(consumerStatesSQL),
 		recordJob:        r.Replace(recordJobSQL),
 		notify:           `SELECT pg_notify($1, '')`,
@@ -593,7 +563,12 @@ func (a *Admin) CheckConsumer(name string) error {
 	return nil
 }
 
-// StatusReport is the state of the outbox.
+// StatusReport is the outbox's census: its events counted by status and
+// aggregate type, the whole table (dispatched and skipped included), and
+// the consumers that are no longer configured but still have rows. What
+// each configured consumer owes and what is blocked is the lag read model's
+// (package lag), which `searchsync outbox status`, `status`, /metrics and
+// the console all read.
 type StatusReport struct {
 	At       time.Time        `json:"at"`
 	Total    int64            `json:"total"`
@@ -604,25 +579,17 @@ type StatusReport struct {
 	// none is pending) and OldestPendingAge its age in seconds.
 	OldestPending    *time.Time `json:"oldest_pending"`
 	OldestPendingAge float64    `json:"oldest_pending_age_seconds"`
-	// Blocked lists blocked aggregates, oldest head first (at most the
-	// number asked for); BlockedCount counts all of them.
-	Blocked      []BlockedAggregate `json:"blocked"`
-	BlockedCount int64              `json:"blocked_count"`
-	// Consumers has one entry per configured consumer (in configuration
-	// order; empty without WithRouting), then one per consumer that is no
-	// longer configured but still has open delivery rows or a pause row.
-	Consumers []ConsumerStatus `json:"consumers"`
+	// Unconfigured has one entry per consumer that is not configured (not
+	// in WithRouting's consumers) but still has open delivery rows or a
+	// pause row, by name.
+	Unconfigured []ConsumerStatus `json:"unconfigured_consumers"`
 }
 
-// ConsumerStatus is what one consumer owes and whether it is paused.
+// ConsumerStatus is what the rows of a consumer that is not configured
+// hold, and whether it was paused.
 type ConsumerStatus struct {
 	Consumer string `json:"consumer"`
-	// Configured is false for a consumer known only from its rows.
-	Configured bool `json:"configured"`
-	// Pending counts the events it still has to deliver: its pending
-	// delivery rows and the pending events without delivery rows routed to
-	// it. Failed counts the events parked for it: its failed delivery rows
-	// and the failed events without delivery rows routed to it.
+	// Pending and Failed count its delivery rows in those states.
 	Pending int64 `json:"pending"`
 	Failed  int64 `json:"failed"`
 	// State is running or paused (aa_outbox_consumer; running when the
@@ -645,25 +612,10 @@ type TypeCounts struct {
 	OldestPendingAge float64          `json:"oldest_pending_age_seconds"`
 }
 
-// BlockedAggregate is an aggregate whose head event is failed or backing off.
-type BlockedAggregate struct {
-	AggregateType string    `json:"aggregate_type"`
-	AggregateID   uuid.UUID `json:"aggregate_id"`
-	HeadID        int64     `json:"head_id"`
-	HeadEventType string    `json:"head_event_type"`
-	Status        Status    `json:"status"`
-	Attempts      int       `json:"attempts"`
-	LastError     *string   `json:"last_error"`
-	AvailableAt   time.Time `json:"available_at"`
-	// Waiting counts the pending events behind the head.
-	Waiting int64 `json:"waiting"`
-}
-
-// Status counts events by status and aggregate_type and lists up to
-// maxBlocked blocked aggregates (default 50).
-func (a *Admin) Status(ctx context.Context, db DB, maxBlocked int) (*StatusReport, error) {
-	maxBlocked = cmp.Or(maxBlocked, 50)
-	rep := &StatusReport{ByStatus: map[Status]int64{}, Blocked: []BlockedAggregate{}, AggregateTypes: []TypeCounts{}}
+// Status counts events by status and aggregate_type and lists the
+// consumers that are not configured but still have rows (StatusReport).
+func (a *Admin) Status(ctx context.Context, db DB) (*StatusReport, error) {
+	rep := &StatusReport{ByStatus: map[Status]int64{}, AggregateTypes: []TypeCounts{}}
 	for _, s := range []Status{StatusPending, StatusDispatched, StatusFailed, StatusSkipped} {
 		rep.ByStatus[s] = 0
 	}
@@ -700,31 +652,15 @@ func (a *Admin) Status(ctx context.Context, db DB, maxBlocked int) (*StatusRepor
 	if rep.At.IsZero() {
 		rep.At = time.Now()
 	}
-	rows, err = db.Query(ctx, a.q.blocked, maxBlocked)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: blocked aggregates in %s.aa_outbox_event: %w", a.schema, err)
-	}
-	rep.Blocked, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (BlockedAggregate, error) {
-		var b BlockedAggregate
-		var st string
-		err := row.Scan(&b.AggregateType, &b.AggregateID, &b.HeadID, &b.HeadEventType, &st, &b.Attempts, &b.LastError, &b.AvailableAt, &b.Waiting, &rep.BlockedCount)
-		b.Status = Status(st)
-		return b, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox: blocked aggregates in %s.aa_outbox_event: %w", a.schema, err)
-	}
-	if rep.Blocked == nil {
-		rep.Blocked = []BlockedAggregate{}
-	}
-	if rep.Consumers, err = a.consumerStatus(ctx, db); err != nil {
+	if rep.Unconfigured, err = a.unconfigured(ctx, db); err != nil {
 		return nil, err
 	}
 	return rep, nil
 }
 
-// consumerStatus counts per consumer what it owes and reads its pause state.
-func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, error) {
+// unconfigured lists the consumers that are not configured but have open
+// delivery rows or a pause row, by name.
+func (a *Admin) unconfigured(ctx context.Context, db DB) ([]ConsumerStatus, error) {
 	out := []ConsumerStatus{}
 	byName := map[string]int{}
 	get := func(name string) *ConsumerStatus {
@@ -736,10 +672,9 @@ func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, er
 		}
 		return &out[i]
 	}
+	configured := []string{}
 	if a.routing != nil {
-		for _, c := range a.routing.Consumers {
-			get(c).Configured = true
-		}
+		configured = a.routing.Consumers
 	}
 	fail := func(what string, err error) error {
 		return fmt.Errorf("outbox: %s in %s: %w", what, a.schema, err)
@@ -748,7 +683,7 @@ func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, er
 		name, state string
 		n           int64
 	)
-	rows, err := db.Query(ctx, a.q.deliveryCounts)
+	rows, err := db.Query(ctx, a.q.deliveryCounts, configured)
 	if err != nil {
 		return nil, fail("count delivery rows", err)
 	}
@@ -764,27 +699,7 @@ func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, er
 	}); err != nil {
 		return nil, fail("count delivery rows", err)
 	}
-	if a.routing != nil {
-		var etype, atype string
-		rows, err := db.Query(ctx, a.q.unsplitCounts)
-		if err != nil {
-			return nil, fail("count events without delivery rows", err)
-		}
-		if _, err := pgx.ForEachRow(rows, []any{&etype, &atype, &state, &n}, func() error {
-			for _, cn := range a.routing.routedTo(etype, atype) {
-				c := get(cn)
-				if Status(state) == StatusFailed {
-					c.Failed += n
-				} else {
-					c.Pending += n
-				}
-			}
-			return nil
-		}); err != nil {
-			return nil, fail("count events without delivery rows", err)
-		}
-	}
-	rows, err = db.Query(ctx, a.q.consumerStates)
+	rows, err = db.Query(ctx, a.q.consumerStates, configured)
 	if err != nil {
 		return nil, fail("read aa_outbox_consumer", err)
 	}
@@ -799,19 +714,7 @@ func (a *Admin) consumerStatus(ctx context.Context, db DB) ([]ConsumerStatus, er
 	}); err != nil {
 		return nil, fail("read aa_outbox_consumer", err)
 	}
-	// The configured consumers first, in configuration order; the others by
-	// name.
-	slices.SortStableFunc(out, func(x, y ConsumerStatus) int {
-		switch {
-		case x.Configured && y.Configured:
-			return 0
-		case x.Configured:
-			return -1
-		case y.Configured:
-			return 1
-		}
-		return strings.Compare(x.Consumer, y.Consumer)
-	})
+	slices.SortFunc(out, func(x, y ConsumerStatus) int { return strings.Compare(x.Consumer, y.Consumer) })
 	return out, nil
 }
 

@@ -503,29 +503,27 @@ func TestAdminStatusConsumers(t *testing.T) {
 VALUES ('webhook', 'paused', now() - interval '5 minutes', 'HTTP 503 Service Unavailable', 3, now() + interval '8 seconds', 'host-1')`)
 	f.exec(t, `INSERT INTO aa_outbox_delivery (event_id, consumer, aggregate_type, aggregate_id, state, attempts)
 VALUES ($1, 'old-hook', 'DDM_ENTITY', NULL, 'failed', 4)`, f.ids["S2"])
-	rep, err := f.admin.Status(t.Context(), f.db.Pool, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Consumers) != 3 {
-		t.Fatalf("consumers %+v", rep.Consumers)
-	}
-	s, w, old := rep.Consumers[0], rep.Consumers[1], rep.Consumers[2]
+	// The configured consumers are the read model's.
+	m := readModel(t, f.db, true, 0)
+	s, w := consumer(t, m, "search"), consumer(t, m, "webhook")
 	// search: S2 row pending + P1; S3 row failed + U1.
-	if s.Consumer != "search" || !s.Configured || s.Pending != 2 || s.Failed != 2 || s.State != "running" || s.PausedAt != nil {
+	if s.Pending != 2 || s.Failed != 2 || s.Paused != nil {
 		t.Fatalf("search: %+v", s)
 	}
 	// webhook: P1, P2; S1, S2 rows + U1, U2.
-	if w.Consumer != "webhook" || w.Pending != 2 || w.Failed != 4 || w.State != "paused" || w.PausedAt == nil ||
-		w.Reason == nil || *w.Reason != "HTTP 503 Service Unavailable" || w.Probes != 3 || w.ProbeAt == nil || w.Instance == nil {
-		t.Fatalf("webhook: %+v", w)
+	if w.Pending != 2 || w.Failed != 4 || w.State != "paused" || w.Paused == nil ||
+		w.Paused.Reason != "HTTP 503 Service Unavailable" || w.Paused.Probes != 3 || w.Paused.ProbeAt == nil {
+		t.Fatalf("webhook: %+v %+v", w, w.Paused)
 	}
-	if old.Consumer != "old-hook" || old.Configured || old.Failed != 1 {
-		t.Fatalf("old-hook: %+v", old)
+	// A consumer no longer configured is the census's, with its rows.
+	rep, err := f.admin.Status(t.Context(), f.db.Pool)
+	if err != nil || len(rep.Unconfigured) != 1 || rep.Unconfigured[0].Consumer != "old-hook" || rep.Unconfigured[0].Failed != 1 {
+		t.Fatalf("unconfigured: %+v, %v", rep.Unconfigured, err)
 	}
-	// Without routing only the rows are known.
-	rep, err = outbox.NewAdmin(f.db.Schema).Status(t.Context(), f.db.Pool, 0)
-	if err != nil || len(rep.Consumers) != 3 || rep.Consumers[0].Consumer != "old-hook" || rep.Consumers[2].Failed != 2 {
-		t.Fatalf("status without routing: %+v, %v", rep.Consumers, err)
+	// Without routing every consumer with rows is unconfigured.
+	rep, err = outbox.NewAdmin(f.db.Schema).Status(t.Context(), f.db.Pool)
+	if err != nil || len(rep.Unconfigured) != 3 || rep.Unconfigured[0].Consumer != "old-hook" || rep.Unconfigured[2].Failed != 2 ||
+		rep.Unconfigured[2].State != "paused" || rep.Unconfigured[2].Instance == nil {
+		t.Fatalf("status without routing: %+v, %v", rep.Unconfigured, err)
 	}
 }

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink/search"
 )
@@ -38,6 +40,18 @@ type OutboxStatusCmd struct {
 	Consumer string `placeholder:"NAME" help:"Show this consumer only in the consumers section."`
 }
 
+// outboxStatusDoc is the JSON of `searchsync outbox status --json`: the
+// outbox's census (counts by status and aggregate type, the consumers that
+// are no longer configured) and, from the lag read model that `status`, the
+// console and /metrics read, what is blocked and what each configured
+// consumer owes.
+type outboxStatusDoc struct {
+	*outbox.StatusReport
+	Blocked      []lag.Blocked     `json:"blocked"`
+	BlockedCount int64             `json:"blocked_count"`
+	Consumers    []lag.ConsumerLag `json:"consumers"`
+}
+
 // Run prints the status.
 func (c *OutboxStatusCmd) Run(ctx context.Context, g *Globals) error {
 	e, admin, pool, err := openAdmin(ctx, g, false)
@@ -50,21 +64,30 @@ func (c *OutboxStatusCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
-	rep, err := admin.Status(ctx, pool, c.Blocked)
+	rep, err := admin.Status(ctx, pool)
 	if err != nil {
 		return err
 	}
+	r := lag.NewReader(pool, e.cfg.Database.Schema, e.cfg.Consumers, e.cfg.Routes)
+	r.MaxListed = c.Blocked
+	snap, err := r.Read(ctx)
+	if err != nil {
+		return err
+	}
+	doc := outboxStatusDoc{StatusReport: rep, Blocked: snap.Blocked, BlockedCount: snap.BlockedCount, Consumers: snap.Consumers}
 	if c.Consumer != "" {
-		rep.Consumers = slices.DeleteFunc(rep.Consumers, func(cs outbox.ConsumerStatus) bool { return cs.Consumer != c.Consumer })
+		doc.Consumers = slices.DeleteFunc(doc.Consumers, func(cs lag.ConsumerLag) bool { return cs.Name != c.Consumer })
+		doc.Unconfigured = nil
 	}
 	if c.JSON {
-		return printJSON(rep)
+		return printJSON(doc)
 	}
-	printOutboxStatus(os.Stdout, e.cfg.Database.Schema, rep)
+	printOutboxStatus(os.Stdout, e.cfg.Database.Schema, doc)
 	return nil
 }
 
-func printOutboxStatus(out io.Writer, schema string, rep *outbox.StatusReport) {
+func printOutboxStatus(out io.Writer, schema string, doc outboxStatusDoc) {
+	rep := doc.StatusReport
 	fmt.Fprintf(out, "%s.aa_outbox_event at %s: %d events: %d pending, %d dispatched, %d failed, %d skipped\n",
 		schema, rep.At.Format(time.RFC3339), rep.Total, rep.ByStatus[outbox.StatusPending], rep.ByStatus[outbox.StatusDispatched],
 		rep.ByStatus[outbox.StatusFailed], rep.ByStatus[outbox.StatusSkipped])
@@ -73,7 +96,7 @@ func printOutboxStatus(out io.Writer, schema string, rep *outbox.StatusReport) {
 	} else {
 		fmt.Fprintln(out, "oldest pending: none")
 	}
-	fmt.Fprintf(out, "blocked aggregates: %d\n\n", rep.BlockedCount)
+	fmt.Fprintf(out, "blocked aggregates: %d\n\n", doc.BlockedCount)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGGREGATE TYPE\tPENDING\tDISPATCHED\tFAILED\tSKIPPED\tOLDEST PENDING")
 	for _, t := range rep.AggregateTypes {
@@ -85,42 +108,48 @@ func printOutboxStatus(out io.Writer, schema string, rep *outbox.StatusReport) {
 			t.ByStatus[outbox.StatusFailed], t.ByStatus[outbox.StatusSkipped], oldest)
 	}
 	tw.Flush()
-	if len(rep.Blocked) > 0 {
+	if len(doc.Blocked) > 0 {
 		fmt.Fprintln(out)
-		fmt.Fprintln(tw, "BLOCKED AGGREGATE\tHEAD ID\tHEAD EVENT TYPE\tSTATUS\tATTEMPTS\tWAITING\tLAST ERROR")
-		for _, b := range rep.Blocked {
-			st := string(b.Status)
-			if b.Status == outbox.StatusPending {
+		fmt.Fprintln(tw, "BLOCKED AGGREGATE\tHEAD ID\tHEAD EVENT TYPE\tSTATUS\tATTEMPTS\tWAITING\tHOLDS BACK\tLAST ERROR")
+		for _, b := range doc.Blocked {
+			st := b.Status
+			if b.Cause == lag.CauseBackingOff {
 				st = "retry in " + ageText(time.Until(b.AvailableAt).Seconds())
 			}
-			fmt.Fprintf(tw, "%s/%s\t%d\t%s\t%s\t%d\t%d\t%s\n", b.AggregateType, b.AggregateID, b.HeadID, b.HeadEventType, st,
-				b.Attempts, b.Waiting, oneLine(deref(b.LastError), 100))
+			fmt.Fprintf(tw, "%s/%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", b.AggregateType, b.AggregateID, b.HeadID, b.EventType, st,
+				b.Attempts, b.Waiting, strings.Join(b.Consumers, ","), oneLine(b.LastError, 100))
 		}
 		tw.Flush()
-		if int64(len(rep.Blocked)) < rep.BlockedCount {
-			fmt.Fprintf(out, "… and %d more (--blocked N lists more)\n", rep.BlockedCount-int64(len(rep.Blocked)))
+		if int64(len(doc.Blocked)) < doc.BlockedCount {
+			fmt.Fprintf(out, "… and %d more (--blocked N lists more)\n", doc.BlockedCount-int64(len(doc.Blocked)))
 		}
 	}
-	if len(rep.Consumers) > 0 {
+	if len(doc.Consumers)+len(rep.Unconfigured) > 0 {
 		fmt.Fprintln(out)
 		fmt.Fprintln(tw, "CONSUMER\tPENDING\tFAILED\tSTATE\tPAUSED SINCE\tPROBES\tNEXT PROBE\tREASON")
-		for _, c := range rep.Consumers {
-			name := c.Consumer
-			if !c.Configured {
-				name += " (not configured)"
+		for _, c := range doc.Consumers {
+			since, next, reason, probes := "-", "-", "-", 0
+			if p := c.Paused; p != nil {
+				since = p.Since.Format(time.RFC3339) + " (" + ageText(p.Age) + " ago)"
+				if p.ProbeAt != nil {
+					next = "in " + ageText(max(p.ProbeAt.Sub(rep.At).Seconds(), 0))
+				}
+				reason, probes = oneLine(p.Reason, 100), p.Probes
 			}
-			since, next := "-", "-"
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", c.Name, c.Pending, c.Failed, c.State, since, probes, next, reason)
+		}
+		for _, c := range rep.Unconfigured {
+			since, next, reason := "-", "-", "-"
 			if c.State == "paused" && c.PausedAt != nil {
 				since = c.PausedAt.Format(time.RFC3339) + " (" + ageText(rep.At.Sub(*c.PausedAt).Seconds()) + " ago)"
 			}
 			if c.State == "paused" && c.ProbeAt != nil {
 				next = "in " + ageText(max(c.ProbeAt.Sub(rep.At).Seconds(), 0))
 			}
-			reason := "-"
 			if c.State == "paused" {
 				reason = oneLine(deref(c.Reason), 100)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", name, c.Pending, c.Failed, c.State, since, c.Probes, next, reason)
+			fmt.Fprintf(tw, "%s (not configured)\t%d\t%d\t%s\t%s\t%d\t%s\t%s\n", c.Consumer, c.Pending, c.Failed, c.State, since, c.Probes, next, reason)
 		}
 		tw.Flush()
 	}
@@ -370,7 +399,7 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 // openAdmin loads the configuration and connects. The admin knows the
 // configured consumers and routes (for --consumer and the per-consumer
 // status) and, with indexes, the projections' indexes (for --index).
-func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Admin, poolCloser, error) {
+func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Admin, *pgxpool.Pool, error) {
 	e, err := g.load(ctx, config.Secrets())
 	if err != nil {
 		return nil, nil, nil, err
@@ -456,12 +485,6 @@ func routing(cfg *config.Config) outbox.Routing {
 		r.Consumers = append(r.Consumers, c.Name)
 	}
 	return r
-}
-
-// poolCloser is the pool as the outbox commands use it.
-type poolCloser interface {
-	outbox.DB
-	Close()
 }
 
 // timeFlag is a point in time given as RFC 3339, a date, or an age before now.

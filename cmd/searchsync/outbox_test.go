@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/searchsync/searchsync/compaction"
 	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 )
 
@@ -42,7 +48,7 @@ func TestOutboxCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("outbox status: %d %s", code, stderr)
 	}
-	var rep outbox.StatusReport
+	var rep outboxStatusDoc
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
@@ -202,12 +208,12 @@ VALUES ('webhook', 'paused', now() - interval '1 minute', 'connection refused', 
 	}
 
 	out, stderr, code = cli("outbox", "status", "--json")
-	var rep outbox.StatusReport
+	var rep outboxStatusDoc
 	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || len(rep.Consumers) != 2 {
 		t.Fatalf("status --json: %d %v %s %s", code, err, out, stderr)
 	}
-	if s, w := rep.Consumers[0], rep.Consumers[1]; s.Consumer != "search" || s.Failed != 1 || s.Pending != 0 || s.State != "running" ||
-		w.Consumer != "webhook" || w.Failed != 2 || w.Pending != 1 || w.State != "paused" || deref(w.Reason) != "connection refused" || w.Probes != 2 {
+	if s, w := rep.Consumers[0], rep.Consumers[1]; s.Name != "search" || s.Failed != 1 || s.Pending != 0 || s.State != lag.StateNoRelay ||
+		w.Name != "webhook" || w.Failed != 2 || w.Pending != 1 || w.State != "paused" || w.Paused == nil || w.Paused.Reason != "connection refused" || w.Paused.Probes != 2 {
 		t.Fatalf("status consumers: %+v", rep.Consumers)
 	}
 	out, _, code = cli("outbox", "status", "--consumer", "webhook")
@@ -363,6 +369,105 @@ VALUES ('entity.customer.updated', 'DDM_ENTITY', gen_random_uuid(), '{}', 'faile
 	for id, want := range map[int64]string{1: "pending", 2: "skipped", 3: "failed"} {
 		if got := eventStatus(t, db, id); got != want {
 			t.Errorf("event %d: %s, want %s", id, got, want)
+		}
+	}
+}
+
+// TestOutboxStatusAgreesWithStatus runs a relay with two webhooks under a
+// steady load, one of them refusing some events for good (failed) and
+// some for a while (backing off), so that the consumers go different ways;
+// then it stops the load and the relay and reads `outbox status --json` and
+// `status --json`: every figure they share is the same (one read model), and
+// the outbox's own census of pending and failed events agrees with it.
+func TestOutboxStatusAgreesWithStatus(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(ok.Close)
+	var n atomic.Int64
+	picky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) % 17 {
+		case 0:
+			w.WriteHeader(http.StatusUnprocessableEntity) // parked at once
+		case 3, 9:
+			w.WriteHeader(http.StatusServiceUnavailable) // retried later
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(picky.Close)
+	addr := testenv.FreeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+http: {listen: %q}
+relay: {poll_interval: 200ms, max_attempts: 3, backoff: {initial: 30s, max: 60s}}
+consumers:
+  - {name: crm, type: webhook, webhook: {url: %q, secret: s3cret}}
+  - {name: billing, type: webhook, webhook: {url: %q, secret: s3cret}}
+routes:
+  - {consumer: crm}
+  - {consumer: billing, event_types: ["entity.customer.*"]}
+`, db.URL, db.Schema, addr, ok.URL, picky.URL))
+	relayCmd := startRelay(t, cfg, addr)
+	stop := steadyLoad(t, db, 150)
+	testenv.Eventually(t, 60*time.Second, func() bool { return n.Load() > 400 }, "the load never reached the webhooks")
+	stop()
+	stopRelay(t, relayCmd)
+
+	env := []string{"DATABASE_URL="}
+	out, stderr, code := runCLI(t, env, "-c", cfg, "outbox", "status", "--json", "--blocked", "500")
+	var ob outboxStatusDoc
+	if err := json.Unmarshal([]byte(out), &ob); code != 0 || err != nil {
+		t.Fatalf("outbox status: %d %v %s", code, err, stderr)
+	}
+	out, stderr, code = runCLI(t, env, "-c", cfg, "status", "--json")
+	var st statusDoc
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("status: %d %v %s", code, err, stderr)
+	}
+	s := st.Snapshot
+	if ob.BlockedCount != s.BlockedCount || s.BlockedCount == 0 {
+		t.Errorf("blocked aggregates: outbox status %d, status %d (want some)", ob.BlockedCount, s.BlockedCount)
+	}
+	heads := func(bs []lag.Blocked) []string {
+		var out []string
+		for _, b := range bs {
+			out = append(out, fmt.Sprintf("%d/%s/%s/%d", b.HeadID, b.Consumer, b.Cause, b.Waiting))
+		}
+		return out
+	}
+	// status lists the oldest 20; outbox status as many as asked.
+	if got, want := heads(ob.Blocked), heads(s.Blocked); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+		t.Errorf("blocked heads: outbox status %v, status %v", got, want)
+	}
+	if len(ob.Consumers) != len(s.Consumers) {
+		t.Fatalf("consumers: %d and %d", len(ob.Consumers), len(s.Consumers))
+	}
+	var failed int64
+	for i, c := range s.Consumers {
+		o := ob.Consumers[i]
+		if o.Name != c.Name || o.Pending != c.Pending || o.Failed != c.Failed || o.Deliverable != c.Deliverable || o.State != c.State ||
+			o.Blocked.Failed.Aggregates != c.Blocked.Failed.Aggregates || o.Blocked.BackingOff.Aggregates != c.Blocked.BackingOff.Aggregates {
+			t.Errorf("consumer %s: outbox status %+v, status %+v", c.Name, o, c)
+		}
+		failed += c.Failed
+	}
+	if failed == 0 {
+		t.Error("no failed event: the test proves nothing about failures")
+	}
+	// The census counts the table; the read model what is owed: the same
+	// pending and failed events, per aggregate type too.
+	if ob.ByStatus[outbox.StatusPending] != s.Pending || ob.ByStatus[outbox.StatusFailed] != s.Failed {
+		t.Errorf("pending/failed: census %d/%d, read model %d/%d", ob.ByStatus[outbox.StatusPending], ob.ByStatus[outbox.StatusFailed], s.Pending, s.Failed)
+	}
+	byType := map[string][2]int64{}
+	for _, a := range s.AggregateTypes {
+		byType[a.AggregateType] = [2]int64{a.Pending, a.Failed}
+	}
+	for _, tc := range ob.AggregateTypes {
+		if got := byType[tc.AggregateType]; (tc.ByStatus[outbox.StatusPending] != 0 || tc.ByStatus[outbox.StatusFailed] != 0 || got != [2]int64{}) &&
+			got != [2]int64{tc.ByStatus[outbox.StatusPending], tc.ByStatus[outbox.StatusFailed]} {
+			t.Errorf("aggregate type %s: census %v, read model %v", tc.AggregateType, tc.ByStatus, got)
 		}
 	}
 }
