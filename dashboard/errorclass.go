@@ -4,6 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/searchsync/searchsync/delivery"
+	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/sink/nats"
+	"github.com/searchsync/searchsync/sink/webhook"
 )
 
 // ErrorClass is a kind of last_error the relay writes, named after what
@@ -17,26 +23,20 @@ type ErrorClass struct {
 }
 
 // ErrorClasses are the classes of the reasons the consumers and the relay
-// write (sink/search, indexer.Classify, projections, sink/webhook,
-// sink/nats). A last_error of an event whose consumers diverged joins
-// "<consumer>: <reason>" parts, so an event may be in several classes.
+// write. Each pattern is defined beside the code that writes the reason
+// (indexer.Classify, projections, sink/webhook, sink/nats, delivery for
+// the consumers' timeouts), whose tests hold it to the text; this list only
+// names what the operator does about it. A last_error of an event whose
+// consumers diverged joins "<consumer>: <reason>" parts, so an event may be
+// in several classes.
 var ErrorClasses = []ErrorClass{
-	// indexer.Classify: a bulk item the engine refused with 400
-	// (mapper_parsing_exception, document_parsing_exception,
-	// strict_dynamic_mapping_exception, illegal_argument_exception).
-	{"fix-mapping", "Fix the index mapping or the document: the engine rejected it (400, e.g. mapper_parsing_exception)", "engine answered 400 *exception"},
-	// projections.PoisonError: "projection NAME: event ID (TYPE): REASON".
-	{"fix-payload", "Fix the producer's payload: the projection cannot use it (no version, document id, field types, schema_version)", "projection*: event *"},
-	// projections.Set.Upcast.
-	{"fix-schema-version", "Register an upcaster or upgrade searchsync: the schema_version is unknown or has no upcaster", "schema_version"},
-	// sink/webhook: the endpoint answered 4xx (401/403: its credentials).
-	{"fix-webhook-request", "Fix the webhook request or the endpoint: it answered HTTP 4xx", "HTTP 4??"},
-	// sink/nats: the server refused the message (max_payload, the stream).
-	{"fix-nats-message", "Fix the message or the stream: NATS refused it (max_payload, stream rules)", "nats: *message"},
-	// indexer.Classify: the engine failed the write until attempts ran out.
-	{"check-engine", "Check the engine's health, then retry: it failed the write (5xx)", "engine answered 5??"},
-	// sink/webhook and sink/nats: no answer before the timeout.
-	{"check-timeouts", "Check the slow service or raise its timeout, then retry: no answer in time", "no * within"},
+	{"fix-mapping", "Fix the index mapping or the document: the engine rejected it (400, e.g. mapper_parsing_exception)", indexer.RejectedPattern},
+	{"fix-payload", "Fix the producer's payload: the projection cannot use it (no version, document id, field types, schema_version)", projections.PoisonPattern},
+	{"fix-schema-version", "Register an upcaster or upgrade searchsync: the schema_version is unknown or has no upcaster", projections.SchemaVersionPattern},
+	{"fix-webhook-request", "Fix the webhook request or the endpoint: it answered HTTP 4xx", webhook.RequestPattern},
+	{"fix-nats-message", "Fix the message or the stream: NATS refused it (max_payload, stream rules)", nats.MessagePattern},
+	{"check-engine", "Check the engine's health, then retry: it failed the write (5xx)", indexer.FailedPattern},
+	{"check-timeouts", "Check the slow service or raise its timeout, then retry: no answer in time", delivery.NoAnswerPattern},
 }
 
 // maxErrorPattern bounds an error pattern.

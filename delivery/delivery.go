@@ -87,6 +87,13 @@ type Outcome struct {
 	Suspect bool
 }
 
+// NoAnswerPattern is the console's error pattern (outbox's Filter.Error: *
+// any text, ? one character, case-insensitive, anywhere in last_error) that
+// selects a consumer's timeout. Consumers word one "no <answer> within
+// <timeout>" (sink/webhook "no answer within 5s", sink/nats "no PubAck for
+// <subject> within 5s"); their tests hold them to it.
+const NoAnswerPattern = "no * within"
+
 // Ok is a delivered event; Retryf, Poisonf and Unavailablef build the
 // failures.
 func Ok() Outcome { return Outcome{Kind: OK} }

@@ -425,6 +425,20 @@ func (w *Writer) finish(out []Outcome, idx []int, o Outcome) {
 	}
 }
 
+// The console's error patterns (outbox's Filter.Error: * any text, ? one
+// character, case-insensitive, anywhere in last_error) that select reasons
+// Classify writes; the console's error classes list them
+// (dashboard.ErrorClasses) and TestReasonPatterns holds them to the text.
+const (
+	// RejectedPattern: an item the engine refused with 400
+	// (mapper_parsing_exception, document_parsing_exception,
+	// strict_dynamic_mapping_exception, illegal_argument_exception): Poison.
+	RejectedPattern = "engine answered 400 *exception"
+	// FailedPattern: an item the engine failed with 5xx, retried until the
+	// attempts ran out.
+	FailedPattern = "engine answered 5??"
+)
+
 // Classify turns the engine's answer for one op into a sink outcome:
 //
 //   - 2xx, and 404 for a delete (the document was not there; the engine

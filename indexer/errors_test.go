@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/searchsync/searchsync/internal/testenv"
 )
 
 // The predicates decide on the error wherever it sits in the chain.
@@ -74,6 +76,32 @@ func TestTaskTemporary(t *testing.T) {
 		}
 		if got := ti.Temporary(); got != tc.want {
 			t.Errorf("%s: temporary %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The console's error classes select Classify's reasons by the patterns
+// indexer defines (dashboard.ErrorClasses); last_error keeps the text.
+func TestReasonPatterns(t *testing.T) {
+	t.Parallel()
+	op := BulkOp{Type: OpIndex, Index: "customers_v1", ID: "c1", Version: 3}
+	for _, tc := range []struct {
+		name             string
+		r                BulkResult
+		rejected, failed bool
+	}{
+		{"mapping", BulkResult{Status: 400, ErrType: "mapper_parsing_exception", ErrReason: "failed to parse field [age] of type [long]"}, true, false},
+		{"strict", BulkResult{Status: 400, ErrType: "strict_dynamic_mapping_exception", ErrReason: "mapping set to strict"}, true, false},
+		{"5xx", BulkResult{Status: 500, ErrType: "exception", ErrReason: "boom"}, false, true},
+		{"stale", BulkResult{Status: 409, ErrType: "version_conflict_engine_exception", ErrReason: "version conflict"}, false, false},
+		{"forbidden", BulkResult{Status: 403, ErrType: "security_exception", ErrReason: "no permissions"}, false, false},
+	} {
+		reason := Classify(op, tc.r).Reason
+		if got := testenv.MatchesError(RejectedPattern, reason); got != tc.rejected {
+			t.Errorf("%s: %q selected by RejectedPattern: %v, want %v", tc.name, reason, got, tc.rejected)
+		}
+		if got := testenv.MatchesError(FailedPattern, reason); got != tc.failed {
+			t.Errorf("%s: %q selected by FailedPattern: %v, want %v", tc.name, reason, got, tc.failed)
 		}
 	}
 }

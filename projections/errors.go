@@ -23,6 +23,19 @@ func (e *PoisonError) Error() string {
 	return fmt.Sprintf("%s: event %d (%s): %s", where, e.EventID, e.EventType, e.Reason)
 }
 
+// The console's error patterns (outbox's Filter.Error: * any text, ? one
+// character, case-insensitive, anywhere in last_error) that select the
+// reasons of this package; the console's error classes list them
+// (dashboard.ErrorClasses) and TestReasonPatterns holds them to the text.
+const (
+	// PoisonPattern: a *PoisonError, "projection NAME: event ID (TYPE):
+	// REASON".
+	PoisonPattern = "projection*: event *"
+	// SchemaVersionPattern: Set.Upcast's reasons about a schema_version
+	// that is unknown or has no upcaster.
+	SchemaVersionPattern = "schema_version"
+)
+
 func poison(e *outbox.Event, projection, format string, args ...any) *PoisonError {
 	return &PoisonError{EventID: e.ID, EventType: e.EventType, Projection: projection, Reason: fmt.Sprintf(format, args...)}
 }

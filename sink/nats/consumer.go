@@ -427,6 +427,13 @@ func (c *Consumer) await(ctx context.Context, w waiter, timer *time.Timer) ackRe
 	return r
 }
 
+// MessagePattern is the console's error pattern (outbox's Filter.Error)
+// that selects the reasons of a message the server refused (max_payload,
+// the stream's rules): "nats: …message…"; the console's error classes list
+// it and TestReasonPatterns holds it to the text. A missing PubAck is
+// worded as delivery.NoAnswerPattern selects.
+const MessagePattern = "nats: *message"
+
 // classify turns a publish error into an outcome.
 //
 //   - The server rejected the message (a JetStream API error with a 4xx code:

@@ -164,6 +164,9 @@ func TestTimeoutIsUnavailable(t *testing.T) {
 	evs := events(5, 1)
 	out := c.Deliver(t.Context(), evs)
 	checkOutage(t, evs, out, "no answer within 300ms", 1)
+	if !testenv.MatchesError(delivery.NoAnswerPattern, out[0].Reason) {
+		t.Errorf("%q is not selected by delivery.NoAnswerPattern %q", out[0].Reason, delivery.NoAnswerPattern)
+	}
 	if d := time.Since(start); d > 1200*time.Millisecond {
 		t.Fatalf("Deliver of 5 events took %s with a 300ms timeout; want one timeout", d)
 	}

@@ -397,6 +397,13 @@ func (c *Consumer) deliverOne(ctx context.Context, b *batch, e *outbox.Event) de
 	return o
 }
 
+// RequestPattern is the console's error pattern (outbox's Filter.Error)
+// that selects the reason of an endpoint's 4xx answer, "HTTP 422
+// Unprocessable Entity: …" (401/403 included: its credentials); the
+// console's error classes list it and TestReasonPatterns holds it to the
+// text. A timeout is worded as delivery.NoAnswerPattern selects.
+const RequestPattern = "HTTP 4??"
+
 // classify maps a response to an outcome, and says whether the answer
 // means that the endpoint as a whole is down or refuses load (the batch's
 // later events are then not sent).
