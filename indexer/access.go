@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // pathReq is a bodiless request to a path the opensearchapi package has no
@@ -28,7 +26,7 @@ func (e *engine) explain(ee *EngineError) {
 		}
 	case http.StatusForbidden:
 		ee.Hint = forbiddenHint(e.kind, ee.Reason)
-		if e.conn != nil && e.conn.cfg.AuthMethod() == config.AuthAWS && !osDenied.MatchString(ee.Reason) && !esDenied.MatchString(ee.Reason) {
+		if e.conn != nil && e.conn.cfg.AuthMethod() == AuthAWS && !osDenied.MatchString(ee.Reason) && !esDenied.MatchString(ee.Reason) {
 			// AWS answers 403 to a signature it cannot match and to an
 			// IAM principal the access policy does not let in.
 			ee.Hint = "with SigV4 a 403 is a signature or access-policy refusal: check engine.aws.region, engine.aws.service, " +

@@ -19,7 +19,6 @@ import (
 	"github.com/opensearch-project/opensearch-go/v4/signer"
 	"github.com/opensearch-project/opensearch-go/v4/signer/awsv2"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
@@ -32,7 +31,7 @@ import (
 type conn struct {
 	addresses []string
 	transport http.RoundTripper
-	cfg       config.Engine
+	cfg       Config
 }
 
 // ConfigError is a connection that cannot work until the configuration
@@ -58,7 +57,7 @@ const handshakeTimeout = 30 * time.Second
 // http.DefaultTransport; an *http.Transport is cloned and given cfg's TLS).
 // Callers that speak the engine's HTTP API outside the adapters use it, so
 // that every request authenticates the same way.
-func Transport(cfg config.Engine, base http.RoundTripper) (http.RoundTripper, error) {
+func Transport(cfg Config, base http.RoundTripper) (http.RoundTripper, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -82,29 +81,29 @@ func Transport(cfg config.Engine, base http.RoundTripper) (http.RoundTripper, er
 	}
 	rt := &authTransport{base: base, tls: cfg.TLS}
 	switch cfg.AuthMethod() {
-	case config.AuthBasic:
+	case AuthBasic:
 		pw, err := cfg.Password.Resolve("engine.password")
 		if err != nil {
 			return nil, err
 		}
 		rt.header = secret.New("Basic " + base64.StdEncoding.EncodeToString([]byte(cfg.Username+":"+pw.Reveal())))
-	case config.AuthAPIKey:
+	case AuthAPIKey:
 		v, err := cfg.APIKey.Resolve("engine.api_key")
 		if err != nil {
 			return nil, err
 		}
-		enc, err := config.EncodeAPIKey(v)
+		enc, err := EncodeAPIKey(v)
 		if err != nil {
 			return nil, &ConfigError{Key: "engine.api_key", Err: err}
 		}
 		rt.header = secret.New("ApiKey " + enc.Reveal())
-	case config.AuthBearer:
+	case AuthBearer:
 		v, err := cfg.BearerToken.Resolve("engine.bearer_token")
 		if err != nil {
 			return nil, err
 		}
 		rt.header = secret.New("Bearer " + v.Reveal())
-	case config.AuthAWS:
+	case AuthAWS:
 		s, err := awsSigner(context.Background(), *cfg.AWS)
 		if err != nil {
 			return nil, err
@@ -115,7 +114,7 @@ func Transport(cfg config.Engine, base http.RoundTripper) (http.RoundTripper, er
 }
 
 // connect resolves cfg into the addresses and transport of an adapter.
-func connect(cfg config.Engine, hc *http.Client) (*conn, error) {
+func connect(cfg Config, hc *http.Client) (*conn, error) {
 	addrs, err := cfg.Addresses()
 	if err != nil {
 		return nil, &ConfigError{Key: "engine.cloud_id", Err: err}
@@ -134,7 +133,7 @@ func connect(cfg config.Engine, hc *http.Client) (*conn, error) {
 // awsSigner loads the SDK's standard credential chain (with the profile and
 // region of a), assumes a.RoleARN when set, and returns the SigV4 signer
 // opensearch-go ships for service es or aoss.
-func awsSigner(ctx context.Context, a config.EngineAWS) (signer.Signer, error) {
+func awsSigner(ctx context.Context, a AWSConfig) (signer.Signer, error) {
 	var opts []func(*awsconfig.LoadOptions) error
 	if a.Region != "" {
 		opts = append(opts, awsconfig.WithRegion(a.Region))
@@ -224,15 +223,15 @@ func speaksTLS(ctx context.Context, host string, err error) bool {
 }
 
 // authHint says which setting to check when the engine answers 401.
-func authHint(cfg config.Engine) string {
+func authHint(cfg Config) string {
 	switch cfg.AuthMethod() {
-	case config.AuthBasic:
+	case AuthBasic:
 		return "the engine refused the user and password: check engine.username and engine.password"
-	case config.AuthAPIKey:
+	case AuthAPIKey:
 		return "the engine refused the API key: check engine.api_key (wrong, expired or invalidated)"
-	case config.AuthBearer:
+	case AuthBearer:
 		return "the engine refused the token: check engine.bearer_token (wrong, expired or revoked)"
-	case config.AuthAWS:
+	case AuthAWS:
 		return "the engine refused the SigV4 signature: check engine.aws.region, engine.aws.service and the credentials of the chain"
 	}
 	if cfg.TLS.CertFile != "" {
@@ -244,7 +243,7 @@ func authHint(cfg config.Engine) string {
 
 // TLSWarning is the start-up warning for engine.tls.insecure_skip_verify,
 // or "" when it is off.
-func TLSWarning(cfg config.Engine) string {
+func TLSWarning(cfg Config) string {
 	if !cfg.TLS.InsecureSkipVerify {
 		return ""
 	}
@@ -254,7 +253,7 @@ func TLSWarning(cfg config.Engine) string {
 // TLSSummary describes how the engine's certificate is verified, for status
 // and the dashboard: "system CAs", "ca_file /etc/…", "ca_fingerprint
 // 3A:…", "NOT VERIFIED (insecure_skip_verify)", or "none (http)".
-func TLSSummary(cfg config.Engine) string {
+func TLSSummary(cfg Config) string {
 	addrs, _ := cfg.Addresses()
 	https := false
 	for _, a := range addrs {

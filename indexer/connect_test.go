@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
@@ -36,7 +35,7 @@ func secureEnv(t *testing.T) map[string]string {
 		"SEARCHSYNC_SECURE_CLIENT_CERT": s.ClientCert, "SEARCHSYNC_SECURE_CLIENT_KEY": s.ClientKey}
 }
 
-func engineOf(t *testing.T, cfg config.Engine) indexer.Engine {
+func engineOf(t *testing.T, cfg indexer.Config) indexer.Engine {
 	t.Helper()
 	e, err := indexer.New(cfg, nil)
 	if err != nil {
@@ -65,7 +64,7 @@ func TestSecureWriter(t *testing.T) {
 	t.Parallel()
 	env := secureEnv(t)
 	ctx := context.Background()
-	eng := engineOf(t, config.Engine{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]},
+	eng := engineOf(t, indexer.Config{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]},
 		Username: env["SEARCHSYNC_SECURE_WRITER_USER"], Password: secret.Ref(env["SEARCHSYNC_SECURE_WRITER_PASSWORD"])})
 	alias := aliasWithIndex(t, eng, "secure_writer")
 	res, err := eng.Bulk(ctx, []indexer.BulkOp{{Type: indexer.OpIndex, Index: alias, ID: "1", Version: 3, RequireAlias: true, Doc: json.RawMessage(`{"n":1}`)}})
@@ -98,10 +97,10 @@ func TestSecureReadOnly(t *testing.T) {
 	env := secureEnv(t)
 	ctx := context.Background()
 	tc := tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]}
-	admin := engineOf(t, config.Engine{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tc,
+	admin := engineOf(t, indexer.Config{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tc,
 		Username: env["SEARCHSYNC_SECURE_ADMIN_USER"], Password: secret.Ref(env["SEARCHSYNC_SECURE_ADMIN_PASSWORD"])})
 	alias := aliasWithIndex(t, admin, "secure_ro")
-	reader := engineOf(t, config.Engine{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tc,
+	reader := engineOf(t, indexer.Config{URLs: []string{env["SEARCHSYNC_SECURE_URL"]}, TLS: tc,
 		Username: env["SEARCHSYNC_SECURE_READONLY_USER"], Password: secret.Ref(env["SEARCHSYNC_SECURE_READONLY_PASSWORD"])})
 	err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, reader, alias) })
 	var ae *indexer.AccessError
@@ -145,7 +144,7 @@ func TestSecureTLS(t *testing.T) {
 	caFP := env["SEARCHSYNC_SECURE_CA_FINGERPRINT"]
 	leafFP := tlsconf.Fingerprint(chain[0])
 	for _, f := range []string{caFP, colonsUpper(caFP), leafFP, strings.ToLower(strings.ReplaceAll(leafFP, ":", ""))} {
-		err := answered(ctx, engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFingerprint: f}, Username: writer, Password: pw}).Ping)
+		err := answered(ctx, engineOf(t, indexer.Config{URLs: url, TLS: tlsconf.Config{CAFingerprint: f}, Username: writer, Password: pw}).Ping)
 		switch {
 		case len(chain) == 1 && (f == caFP || f == colonsUpper(caFP)):
 			if err == nil || !strings.Contains(err.Error(), "presents only its own certificate") || indexer.IsTemporary(err) {
@@ -156,7 +155,7 @@ func TestSecureTLS(t *testing.T) {
 		}
 	}
 	// Client certificate, no password: the node maps its CN to the writer.
-	cert := engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"],
+	cert := engineOf(t, indexer.Config{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"],
 		CertFile: env["SEARCHSYNC_SECURE_CLIENT_CERT"], KeyFile: env["SEARCHSYNC_SECURE_CLIENT_KEY"]}})
 	alias := aliasWithIndex(t, cert, "secure_cert")
 	if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, cert, alias) }); err != nil {
@@ -167,13 +166,13 @@ func TestSecureTLS(t *testing.T) {
 	// issuer, not only at the role mapping.
 	clientCA := testenv.NewCA(t, "not-the-node-ca")
 	otherCert, otherKey := clientCA.Client(t, "searchsync-client")
-	untrusted := engineOf(t, config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"], CertFile: otherCert, KeyFile: otherKey}})
+	untrusted := engineOf(t, indexer.Config{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"], CertFile: otherCert, KeyFile: otherKey}})
 	err := answered(ctx, untrusted.Ping)
 	if err == nil || !strings.Contains(err.Error(), "its issuer must be a CA the engine trusts") || strings.Contains(err.Error(), "401 :") {
 		t.Errorf("client certificate of an untrusted CA: %v", err)
 	}
 	// Skip-verify works, and says so.
-	skip := config.Engine{URLs: url, TLS: tlsconf.Config{InsecureSkipVerify: true}, Username: writer, Password: pw}
+	skip := indexer.Config{URLs: url, TLS: tlsconf.Config{InsecureSkipVerify: true}, Username: writer, Password: pw}
 	if err := answered(ctx, engineOf(t, skip).Ping); err != nil {
 		t.Errorf("insecure_skip_verify: %v", err)
 	}
@@ -185,17 +184,17 @@ func TestSecureTLS(t *testing.T) {
 	otherCA := filepath.Join(t.TempDir(), "other-ca.pem")
 	writeSelfSignedCA(t, otherCA)
 	for name, tc := range map[string]struct {
-		cfg  config.Engine
+		cfg  indexer.Config
 		want string
 	}{
-		"wrong ca_file":       {config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: otherCA}, Username: writer, Password: pw}, "not signed by a CA in engine.tls.ca_file"},
-		"system CAs":          {config.Engine{URLs: url, Username: writer, Password: pw}, "set engine.tls.ca_file or engine.tls.ca_fingerprint"},
-		"wrong fingerprint":   {config.Engine{URLs: url, TLS: tlsconf.Config{CAFingerprint: strings.Repeat("ab", 32)}, Username: writer, Password: pw}, "engine.tls.ca_fingerprint does not match"},
-		"wrong server_name":   {config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"], ServerName: "elsewhere.invalid"}, Username: writer, Password: pw}, "engine.tls.server_name"},
-		"wrong password":      {config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]}, Username: writer, Password: "not-the-password"}, "check engine.username and engine.password"},
-		"no credentials":      {config.Engine{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]}}, "the engine wants credentials"},
-		"http on a TLS port":  {config.Engine{URLs: []string{strings.Replace(url[0], "https://", "http://", 1)}, Username: writer, Password: pw}, "answers with TLS, not plain HTTP: use https://"},
-		"https to plain http": {config.Engine{URLs: []string{strings.Replace(testenv.EngineURL(t), "http://", "https://", 1)}}, "does not speak TLS on this port"},
+		"wrong ca_file":       {indexer.Config{URLs: url, TLS: tlsconf.Config{CAFile: otherCA}, Username: writer, Password: pw}, "not signed by a CA in engine.tls.ca_file"},
+		"system CAs":          {indexer.Config{URLs: url, Username: writer, Password: pw}, "set engine.tls.ca_file or engine.tls.ca_fingerprint"},
+		"wrong fingerprint":   {indexer.Config{URLs: url, TLS: tlsconf.Config{CAFingerprint: strings.Repeat("ab", 32)}, Username: writer, Password: pw}, "engine.tls.ca_fingerprint does not match"},
+		"wrong server_name":   {indexer.Config{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"], ServerName: "elsewhere.invalid"}, Username: writer, Password: pw}, "engine.tls.server_name"},
+		"wrong password":      {indexer.Config{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]}, Username: writer, Password: "not-the-password"}, "check engine.username and engine.password"},
+		"no credentials":      {indexer.Config{URLs: url, TLS: tlsconf.Config{CAFile: env["SEARCHSYNC_SECURE_CA"]}}, "the engine wants credentials"},
+		"http on a TLS port":  {indexer.Config{URLs: []string{strings.Replace(url[0], "https://", "http://", 1)}, Username: writer, Password: pw}, "answers with TLS, not plain HTTP: use https://"},
+		"https to plain http": {indexer.Config{URLs: []string{strings.Replace(testenv.EngineURL(t), "http://", "https://", 1)}}, "does not speak TLS on this port"},
 	} {
 		err := answered(ctx, engineOf(t, tc.cfg).Ping)
 		if err == nil {
@@ -228,7 +227,7 @@ func TestAuthProxy(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(env["SEARCHSYNC_AUTH_PROXY_API_KEY"]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	good := map[string]config.Engine{
+	good := map[string]indexer.Config{
 		"api_key encoded from file": {APIKey: secret.Ref("file:" + keyFile)},
 		"api_key id:key":            {APIKey: secret.Ref(env["SEARCHSYNC_AUTH_PROXY_API_KEY_ID"] + ":" + env["SEARCHSYNC_AUTH_PROXY_API_KEY_SECRET"])},
 		"bearer_token from env":     {BearerToken: "env:SEARCHSYNC_AUTH_PROXY_BEARER"},
@@ -242,12 +241,12 @@ func TestAuthProxy(t *testing.T) {
 		}
 	}
 	bad := map[string]struct {
-		cfg  config.Engine
+		cfg  indexer.Config
 		want string
 	}{
-		"wrong api_key":      {config.Engine{APIKey: secret.Ref(env["SEARCHSYNC_AUTH_PROXY_API_KEY_ID"] + ":wrong")}, "check engine.api_key"},
-		"wrong bearer_token": {config.Engine{BearerToken: "not-the-token"}, "check engine.bearer_token"},
-		"none":               {config.Engine{}, "the engine wants credentials"},
+		"wrong api_key":      {indexer.Config{APIKey: secret.Ref(env["SEARCHSYNC_AUTH_PROXY_API_KEY_ID"] + ":wrong")}, "check engine.api_key"},
+		"wrong bearer_token": {indexer.Config{BearerToken: "not-the-token"}, "check engine.bearer_token"},
+		"none":               {indexer.Config{}, "the engine wants credentials"},
 	}
 	for name, tc := range bad {
 		tc.cfg.Kind, tc.cfg.URLs = "elasticsearch", url
@@ -263,7 +262,7 @@ func TestAuthProxy(t *testing.T) {
 // Elasticsearch: document_missing_exception, nothing written.
 func TestElasticsearchAccessCheck(t *testing.T) {
 	t.Parallel()
-	eng := engineOf(t, config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
+	eng := engineOf(t, indexer.Config{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
 	alias := aliasWithIndex(t, eng, "es_access")
 	ctx := context.Background()
 	if err := answered(ctx, func(ctx context.Context) error { return indexer.CheckAccess(ctx, eng, alias) }); err != nil {

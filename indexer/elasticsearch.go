@@ -8,8 +8,6 @@ import (
 
 	"github.com/elastic/go-elasticsearch/v8"
 	"github.com/elastic/go-elasticsearch/v8/esapi"
-
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // Elasticsearch is the Engine adapter for Elasticsearch 8, built on
@@ -28,7 +26,7 @@ type Elasticsearch struct {
 // NewElasticsearch connects to cfg.URLs (default http://127.0.0.1:9200) or
 // cfg.CloudID with cfg's TLS and credentials (connect.go). See New about hc
 // and retries.
-func NewElasticsearch(cfg config.Engine, hc *http.Client) (*Elasticsearch, error) {
+func NewElasticsearch(cfg Config, hc *http.Client) (*Elasticsearch, error) {
 	cn, err := connect(cfg, hc)
 	if err != nil {
 		return nil, err

@@ -8,13 +8,12 @@ import (
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/indexer/enginetest"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
 func newElasticsearch(t testing.TB, url string) indexer.Engine {
 	t.Helper()
-	e, err := indexer.New(config.Engine{Kind: "elasticsearch", URLs: []string{url}}, nil)
+	e, err := indexer.New(indexer.Config{Kind: "elasticsearch", URLs: []string{url}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // New returns the adapter that cfg.Kind names ("opensearch", the default, or
@@ -21,7 +19,7 @@ import (
 // The clients' own retries are switched off: retrying belongs to the Writer
 // (per item, with backoff) and to the relay (per event), so that a failure is
 // reported once, promptly, and with what the engine said.
-func New(cfg config.Engine, hc *http.Client) (Engine, error) {
+func New(cfg Config, hc *http.Client) (Engine, error) {
 	cfg = cfg.WithDefaults()
 	switch strings.ToLower(cfg.Kind) {
 	case "opensearch":

@@ -7,8 +7,6 @@ import (
 
 	"github.com/opensearch-project/opensearch-go/v4"
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
-
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // OpenSearch is the Engine adapter for OpenSearch 2, built on
@@ -22,7 +20,7 @@ type OpenSearch struct {
 // NewOpenSearch connects to cfg.URLs (default http://127.0.0.1:9200) with
 // cfg's TLS and credentials (connect.go: basic, API key, bearer or SigV4).
 // See New about hc and retries.
-func NewOpenSearch(cfg config.Engine, hc *http.Client) (*OpenSearch, error) {
+func NewOpenSearch(cfg Config, hc *http.Client) (*OpenSearch, error) {
 	cn, err := connect(cfg, hc)
 	if err != nil {
 		return nil, err

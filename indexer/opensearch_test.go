@@ -10,13 +10,12 @@ import (
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/indexer/enginetest"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
 func newOpenSearch(t testing.TB, url string) indexer.Engine {
 	t.Helper()
-	e, err := indexer.New(config.Engine{Kind: "opensearch", URLs: []string{url}}, nil)
+	e, err := indexer.New(indexer.Config{Kind: "opensearch", URLs: []string{url}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,12 +32,12 @@ func TestOpenSearch(t *testing.T) {
 func TestNewKind(t *testing.T) {
 	t.Parallel()
 	for kind, want := range map[string]string{"": "opensearch", "opensearch": "opensearch", "elasticsearch": "elasticsearch", "OpenSearch": "opensearch"} {
-		e, err := indexer.New(config.Engine{Kind: kind}, nil)
+		e, err := indexer.New(indexer.Config{Kind: kind}, nil)
 		if err != nil || e.Kind() != want {
 			t.Errorf("New(kind %q) = %v, %v; want %s", kind, e, err, want)
 		}
 	}
-	if _, err := indexer.New(config.Engine{Kind: "solr"}, nil); err == nil {
+	if _, err := indexer.New(indexer.Config{Kind: "solr"}, nil); err == nil {
 		t.Error("New(kind solr) succeeded")
 	}
 }
@@ -66,14 +65,14 @@ func TestBasicAuth(t *testing.T) {
 	t.Cleanup(srv.Close)
 	for _, kind := range []string{"opensearch", "elasticsearch"} {
 		ctx := context.Background()
-		good, err := indexer.New(config.Engine{Kind: kind, URLs: []string{srv.URL}, Username: "searchsync", Password: "s3cret"}, nil)
+		good, err := indexer.New(indexer.Config{Kind: kind, URLs: []string{srv.URL}, Username: "searchsync", Password: "s3cret"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := good.Ping(ctx); err != nil {
 			t.Errorf("%s with credentials: %v", kind, err)
 		}
-		bad, _ := indexer.New(config.Engine{Kind: kind, URLs: []string{srv.URL}, Username: "searchsync", Password: "wrong"}, nil)
+		bad, _ := indexer.New(indexer.Config{Kind: kind, URLs: []string{srv.URL}, Username: "searchsync", Password: "wrong"}, nil)
 		_, err = bad.Count(ctx, "whatever", nil)
 		if ee, ok := indexer.AsEngineError(err); !ok || ee.Status != 401 || ee.Type != "security_exception" {
 			t.Errorf("%s with wrong credentials: %v; want 401 security_exception", kind, err)

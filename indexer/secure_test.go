@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
@@ -35,7 +34,7 @@ func secureEngine(t *testing.T, user, password string, cert *tls.Certificate) in
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tc
 	t.Cleanup(tr.CloseIdleConnections)
-	e, err := indexer.New(config.Engine{URLs: []string{sec.URL}, Username: user, Password: secret.Ref(password)}, &http.Client{Transport: tr})
+	e, err := indexer.New(indexer.Config{URLs: []string{sec.URL}, Username: user, Password: secret.Ref(password)}, &http.Client{Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // Amazon OpenSearch Serverless (engine.aws.service: aoss) serves a subset of
@@ -60,7 +58,7 @@ func Serverless(eng Engine) bool {
 }
 
 // isServerless reports whether cfg selects Amazon OpenSearch Serverless.
-func isServerless(cfg config.Engine) bool {
+func isServerless(cfg Config) bool {
 	return cfg.AWS != nil && cfg.AWS.Service == "aoss"
 }
 

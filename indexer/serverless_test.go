@@ -12,7 +12,6 @@ import (
 
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
@@ -20,13 +19,13 @@ import (
 // Serverless (service aoss) whose requests pass the independent SigV4
 // verifier and then a proxy that refuses what a collection of type c
 // refuses, in front of the real node.
-func serverlessEngine(t *testing.T, c testenv.Collection) (indexer.Engine, *testenv.ServerlessProxy, config.Engine) {
+func serverlessEngine(t *testing.T, c testenv.Collection) (indexer.Engine, *testenv.ServerlessProxy, indexer.Config) {
 	const secretKey = "serverless-test-secret/K7MDENG+bPxRfiCY"
 	awsProfile(t, "searchsync-aoss", "AKIDSEARCHSYNCAOSS", secretKey)
 	proxy := testenv.NewServerlessProxy(t, c)
 	gate, _, _ := sigV4Gate(t, proxy.URL, secretKey)
-	cfg := config.Engine{Kind: "opensearch", URLs: []string{gate},
-		AWS: &config.EngineAWS{Region: "eu-west-1", Service: "aoss", Profile: "searchsync-aoss"}}
+	cfg := indexer.Config{Kind: "opensearch", URLs: []string{gate},
+		AWS: &indexer.AWSConfig{Region: "eu-west-1", Service: "aoss", Profile: "searchsync-aoss"}}
 	eng, err := indexer.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"testing"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
@@ -218,8 +217,8 @@ func TestSigV4(t *testing.T) {
 	ctx := context.Background()
 
 	for _, svc := range []string{"es", "aoss"} {
-		eng, err := indexer.New(config.Engine{Kind: "opensearch", URLs: []string{gate},
-			AWS: &config.EngineAWS{Region: "eu-west-1", Service: svc, Profile: "searchsync-test"}}, nil)
+		eng, err := indexer.New(indexer.Config{Kind: "opensearch", URLs: []string{gate},
+			AWS: &indexer.AWSConfig{Region: "eu-west-1", Service: svc, Profile: "searchsync-test"}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,8 +250,8 @@ func TestSigV4(t *testing.T) {
 
 	// The same key id with another secret: the gate refuses every request.
 	awsProfile(t, "searchsync-test", "AKIDSEARCHSYNCTEST", "not-the-secret")
-	eng, err := indexer.New(config.Engine{Kind: "opensearch", URLs: []string{gate},
-		AWS: &config.EngineAWS{Region: "eu-west-1", Profile: "searchsync-test"}}, nil)
+	eng, err := indexer.New(indexer.Config{Kind: "opensearch", URLs: []string{gate},
+		AWS: &indexer.AWSConfig{Region: "eu-west-1", Profile: "searchsync-test"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,8 +266,8 @@ func TestSigV4(t *testing.T) {
 
 	// No credentials at all: a ConfigError naming engine.aws, not a retry.
 	awsProfile(t, "other", "AKIDX", "y")
-	eng2, err := indexer.New(config.Engine{Kind: "opensearch", URLs: []string{gate},
-		AWS: &config.EngineAWS{Region: "eu-west-1", Profile: "searchsync-test"}}, nil)
+	eng2, err := indexer.New(indexer.Config{Kind: "opensearch", URLs: []string{gate},
+		AWS: &indexer.AWSConfig{Region: "eu-west-1", Profile: "searchsync-test"}}, nil)
 	if err == nil {
 		err = eng2.Ping(ctx)
 		indexer.Close(eng2)
@@ -278,7 +277,7 @@ func TestSigV4(t *testing.T) {
 	}
 	// No region anywhere.
 	awsProfile(t, "searchsync-test", "AKIDSEARCHSYNCTEST", secretKey)
-	_, err = indexer.New(config.Engine{Kind: "opensearch", URLs: []string{gate}, AWS: &config.EngineAWS{Profile: "searchsync-test"}}, nil)
+	_, err = indexer.New(indexer.Config{Kind: "opensearch", URLs: []string{gate}, AWS: &indexer.AWSConfig{Profile: "searchsync-test"}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "engine.aws.region") {
 		t.Fatalf("no region: %v", err)
 	}

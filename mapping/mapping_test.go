@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 )
 
 func engine(t *testing.T) indexer.Engine {
 	t.Helper()
-	eng, err := indexer.New(config.Engine{URLs: []string{testenv.EngineURL(t)}}, nil)
+	eng, err := indexer.New(indexer.Config{URLs: []string{testenv.EngineURL(t)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 )
@@ -22,7 +21,7 @@ func TestReindexOnElasticsearch(t *testing.T) {
 	for _, clientSeed := range []bool{false, true} {
 		t.Run(seedName(clientSeed), func(t *testing.T) {
 			t.Parallel()
-			ecfg := config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}}
+			ecfg := indexer.Config{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}}
 			reindexOn(t, setupEngine(t, ecfg, nil), clientSeed)
 		})
 	}
@@ -84,7 +83,7 @@ func reindexOn(t *testing.T, b *bundle, clientSeed bool) {
 // setupEngine is setup with the bundle's engine on another cluster (ecfg,
 // hc as indexer.New takes them). The bundle's indexes there are deleted at
 // cleanup.
-func setupEngine(t *testing.T, ecfg config.Engine, hc *http.Client) *bundle {
+func setupEngine(t *testing.T, ecfg indexer.Config, hc *http.Client) *bundle {
 	t.Helper()
 	b := setup(t)
 	b.ecfg = ecfg

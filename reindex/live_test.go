@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
@@ -435,7 +434,7 @@ func TestHelperReindexProcess(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	ecfg := config.Engine{URLs: []string{os.Getenv("REINDEX_ENGINE")}}
+	ecfg := indexer.Config{URLs: []string{os.Getenv("REINDEX_ENGINE")}}
 	eng, err := indexer.New(ecfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
@@ -27,7 +27,7 @@ func TestReindexOnSecuredOpenSearchAsWriter(t *testing.T) {
 			tr.TLSClientConfig = tc.Clone()
 			hc := &http.Client{Transport: tr}
 			t.Cleanup(tr.CloseIdleConnections)
-			ecfg := config.Engine{URLs: []string{sec.URL}, Username: sec.WriterUser, Password: secret.Ref(sec.WriterPassword)}
+			ecfg := indexer.Config{URLs: []string{sec.URL}, Username: sec.WriterUser, Password: secret.Ref(sec.WriterPassword)}
 			reindexOn(t, setupEngine(t, ecfg, hc), clientSeed)
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
@@ -23,8 +22,8 @@ func TestReindexRefusedOnServerless(t *testing.T) {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	proxy := testenv.NewServerlessProxy(t, testenv.SearchCollection)
-	eng, err := indexer.New(config.Engine{Kind: "opensearch", URLs: []string{proxy.URL},
-		AWS: &config.EngineAWS{Region: "eu-west-1", Service: "aoss"}}, nil)
+	eng, err := indexer.New(indexer.Config{Kind: "opensearch", URLs: []string{proxy.URL},
+		AWS: &indexer.AWSConfig{Region: "eu-west-1", Service: "aoss"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

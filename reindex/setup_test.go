@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
@@ -43,7 +42,7 @@ type bundle struct {
 	ctx    context.Context
 	db     *testenv.DB
 	eng    indexer.Engine
-	ecfg   config.Engine
+	ecfg   indexer.Config
 	alias  string
 	set    *projections.Set
 	gen    *loadgen.Generator
@@ -64,7 +63,7 @@ func setup(t testing.TB) *bundle {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	b := &bundle{t: t, ctx: ctx, db: testenv.NewDB(t), alias: testenv.Name("rx"), gen: loadgen.New(uint64(time.Now().UnixNano()))}
-	b.ecfg = config.Engine{URLs: []string{testenv.EngineURL(t)}}
+	b.ecfg = indexer.Config{URLs: []string{testenv.EngineURL(t)}}
 	eng, err := indexer.New(b.ecfg, nil)
 	if err != nil {
 		t.Fatal(err)

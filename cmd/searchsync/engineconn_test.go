@@ -21,7 +21,6 @@ import (
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
@@ -52,7 +51,7 @@ func TestEngineSecretsNeverShow(t *testing.T) {
 	addr := testenv.FreeAddr(t)
 	alias := testenv.Name("conn")
 	defs, projections := customerIndex(t, alias)
-	admin, err := indexer.New(config.Engine{URLs: []string{v["SEARCHSYNC_SECURE_URL"]}, TLS: tlsconf.Config{CAFile: v["SEARCHSYNC_SECURE_CA"]},
+	admin, err := indexer.New(indexer.Config{URLs: []string{v["SEARCHSYNC_SECURE_URL"]}, TLS: tlsconf.Config{CAFile: v["SEARCHSYNC_SECURE_CA"]},
 		Username: v["SEARCHSYNC_SECURE_ADMIN_USER"], Password: secret.Ref(v["SEARCHSYNC_SECURE_ADMIN_PASSWORD"])}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,9 +8,10 @@
 // Defaults have one place each. The relay and compaction sections are the
 // YAML form of relay.Config and compaction.Config, whose WithDefaults and
 // Validate give the defaults and bounds (packages.go maps them and points
-// their complaints at the key's line). Webhook, Nats and Engine are the
-// consumers' and the indexer's own Config types; their WithDefaults methods
-// here are called by Load and by the constructors alike.
+// their complaints at the key's line). The engine section is indexer.Config,
+// the engine layer's own type. Webhook and Nats are the consumers' Config
+// types; their WithDefaults methods here are called by Load and by the
+// constructors alike.
 package config
 
 import (
@@ -32,6 +33,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
@@ -39,15 +41,15 @@ import (
 // Config is the whole configuration. The zero value of every field means its
 // default, given in the field's comment.
 type Config struct {
-	Database   Database   `yaml:"database"`
-	Relay      Relay      `yaml:"relay"`
-	HTTP       HTTP       `yaml:"http"`
-	Log        Log        `yaml:"log"`
-	Compaction Compaction `yaml:"compaction"`
-	Engine     Engine     `yaml:"engine"`
-	Consumers  []Consumer `yaml:"consumers"`
-	Routes     []Route    `yaml:"routes"`
-	Indexes    Indexes    `yaml:"indexes"`
+	Database   Database       `yaml:"database"`
+	Relay      Relay          `yaml:"relay"`
+	HTTP       HTTP           `yaml:"http"`
+	Log        Log            `yaml:"log"`
+	Compaction Compaction     `yaml:"compaction"`
+	Engine     indexer.Config `yaml:"engine"`
+	Consumers  []Consumer     `yaml:"consumers"`
+	Routes     []Route        `yaml:"routes"`
+	Indexes    Indexes        `yaml:"indexes"`
 
 	// file is where the configuration came from ("" for defaults only).
 	file string

@@ -20,7 +20,6 @@ import (
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
@@ -114,7 +113,7 @@ func TestRevokedWritePrivilege(t *testing.T) {
 		securityAPI(t, http.MethodDelete, "roles/"+name, nil)
 	})
 
-	b := setupOn(t, config.Engine{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
+	b := setupOn(t, indexer.Config{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
 		Username: name, Password: secret.Ref(password)}, func(d *mapping.Def) { d.Alias = alias })
 	if err := b.cons.CheckAccess(b.ctx); err != nil {
 		t.Fatalf("access check with the write role: %v", err)

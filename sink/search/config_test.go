@@ -56,7 +56,7 @@ routes: [{consumer: search, event_types: ["entity.customer.*"]}]
 		}
 		return cfg
 	}
-	eng, _ := indexer.New(config.Engine{URLs: []string{testenv.EngineURL(t)}}, nil)
+	eng, _ := indexer.New(indexer.Config{URLs: []string{testenv.EngineURL(t)}}, nil)
 	t.Cleanup(func() { eng.DeleteIndex(context.Background(), mapping.PhysicalName(alias, 1)) })
 
 	cfg := load("fail")
@@ -103,7 +103,7 @@ func TestNewRejectsTypeMismatch(t *testing.T) {
 		Fields: []projections.Field{{From: "after.limit", To: "credit_limit", Type: projections.TypeDate}}}); err != nil {
 		t.Fatal(err)
 	}
-	eng, _ := indexer.New(config.Engine{URLs: []string{testenv.EngineURL(t)}}, nil)
+	eng, _ := indexer.New(indexer.Config{URLs: []string{testenv.EngineURL(t)}}, nil)
 	_, err := search.New(search.Config{Engine: eng, Projections: set, Defs: defs})
 	if err == nil || !strings.Contains(err.Error(), "projection c: field credit_limit is declared date but index customers maps it as long") {
 		t.Fatalf("err = %v", err)

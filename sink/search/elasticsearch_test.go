@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/examples/customer"
-	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
@@ -15,7 +15,7 @@ import (
 // real Elasticsearch 7.17 node: index creation, documents, partial merges
 // (one _mget), stale writes, soft deletes, mapping poison.
 func TestThroughElasticsearchAdapter(t *testing.T) {
-	b := setupOn(t, config.Engine{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
+	b := setupOn(t, indexer.Config{Kind: "elasticsearch", URLs: []string{testenv.ElasticsearchURL(t)}})
 	if b.eng.Kind() != "elasticsearch" {
 		t.Fatalf("kind %s", b.eng.Kind())
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/relay"
@@ -53,7 +52,7 @@ func TestEngineOutage(t *testing.T) {
 	b := setup(t)
 	u, _ := url.Parse(testenv.EngineURL(t))
 	px := testenv.NewTCPProxy(t, u.Host)
-	real, err := indexer.New(config.Engine{URLs: []string{"http://" + px.Addr}}, nil)
+	real, err := indexer.New(indexer.Config{URLs: []string{"http://" + px.Addr}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

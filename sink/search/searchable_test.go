@@ -12,7 +12,6 @@ import (
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
@@ -92,7 +91,7 @@ func TestSearchableWaitsForARefresh(t *testing.T) {
 // privilege, instead of being refused four times a second for ever.
 func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
 	sec := testenv.Secure(t)
-	b := setupOn(t, config.Engine{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
+	b := setupOn(t, indexer.Config{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
 		Username: sec.WriterUser, Password: secret.Ref(sec.WriterPassword)}, noRefresh)
 	var mu sync.Mutex
 	var seen int
@@ -115,7 +114,7 @@ func TestSearchableWithTheLeastPrivilegeRole(t *testing.T) {
 	mu.Unlock()
 
 	// The read-only user: refused.
-	reader, err := indexer.New(config.Engine{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
+	reader, err := indexer.New(indexer.Config{URLs: []string{sec.URL}, TLS: tlsconf.Config{CAFile: sec.CAFile},
 		Username: sec.ReadOnlyUser, Password: secret.Ref(sec.ReadOnlyPassword)}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/examples/customer"
-	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/sink/search"
 )
@@ -37,8 +37,8 @@ func TestServerlessConsumer(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	t.Run("search collection", func(t *testing.T) {
 		proxy := testenv.NewServerlessProxy(t, testenv.SearchCollection)
-		b := setupOn(t, config.Engine{Kind: "opensearch", URLs: []string{proxy.URL},
-			AWS: &config.EngineAWS{Region: "eu-west-1", Service: "aoss"}})
+		b := setupOn(t, indexer.Config{Kind: "opensearch", URLs: []string{proxy.URL},
+			AWS: &indexer.AWSConfig{Region: "eu-west-1", Service: "aoss"}})
 
 		var logs testenv.LogBuffer
 		s, err := search.NewSearchable(search.SearchableConfig{Engine: b.eng, Observe: func(string, float64) {},

@@ -12,7 +12,6 @@ import (
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/outbox"
@@ -42,11 +41,11 @@ func perTenant(d *mapping.Def)   { d.Tenancy.Mode = mapping.TenancyPerTenant }
 
 func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
-	return setupOn(t, config.Engine{URLs: []string{testenv.EngineURL(t)}}, opts...)
+	return setupOn(t, indexer.Config{URLs: []string{testenv.EngineURL(t)}}, opts...)
 }
 
 // setupOn is setup with the engine (kind and URLs) the bundle works on.
-func setupOn(t testing.TB, engCfg config.Engine, opts ...option) *bundle {
+func setupOn(t testing.TB, engCfg indexer.Config, opts ...option) *bundle {
 	t.Helper()
 	if tt, ok := t.(*testing.T); ok {
 		tt.Parallel()

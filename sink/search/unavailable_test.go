@@ -15,7 +15,6 @@ import (
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/indexer/enginetest"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink/search"
@@ -55,7 +54,7 @@ func TestEngineUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	u, _ := url.Parse(testenv.EngineURL(t))
 	px := testenv.NewTCPProxy(t, u.Host)
-	eng, err := indexer.New(config.Engine{URLs: []string{"http://" + px.Addr}}, nil)
+	eng, err := indexer.New(indexer.Config{URLs: []string{"http://" + px.Addr}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +211,7 @@ func hungEngine(t *testing.T) string {
 // probe fails the same way.
 func TestHungEngineIsUnavailable(t *testing.T) {
 	b := setup(t)
-	eng, err := indexer.New(config.Engine{URLs: []string{hungEngine(t)}}, nil)
+	eng, err := indexer.New(indexer.Config{URLs: []string{hungEngine(t)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
