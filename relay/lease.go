@@ -181,57 +181,14 @@ func (l *leases) tick(ctx context.Context) error {
 }
 
 func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
-	host, _ := os.Hostname()
-	l.mu.Lock()
-	// back: the first heartbeat after this instance's leases lapsed; it
-	// settles (see settleUntil).
-	back := !l.validUntil.IsZero() && start.After(l.validUntil) && len(l.others) > 0
-	settling := back || start.Before(l.settleUntil)
-	recall := []string{}
-	if settling {
-		recall = l.others
-	}
-	l.mu.Unlock()
-	var others, seen []string
-	if err := l.pool.QueryRow(ctx, l.q.heartbeat, l.cfg.InstanceID, host, os.Getpid(), l.cfg.Partitions, ttl, recall).Scan(&others, &seen); err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
-	}
-	if _, err := l.pool.Exec(ctx, l.q.forgetDead, 10*ttl, recall); err != nil {
-		return fmt.Errorf("forget dead instances: %w", err)
-	}
-	switch {
-	case settling && len(seen) > len(others):
-		if back {
-			l.cfg.Logger.Info("relay: back after the leases lapsed; leaving a share to each instance seen before for a lease TTL",
-				"instances_seen", seen, "instances_live", others, "lease_ttl", l.cfg.LeaseTTL)
-			l.mu.Lock()
-			l.settleUntil = start.Add(l.cfg.LeaseTTL)
-			l.mu.Unlock()
-		}
-		others = seen
-	case settling:
-		// As many are back as were seen before: settled.
-		l.mu.Lock()
-		l.settleUntil = time.Time{}
-		l.mu.Unlock()
+	others, err := l.beat(ctx, start, ttl)
+	if err != nil {
+		return err
 	}
 	live := 1 + len(others)
-
-	// Renew what we hold.
-	l.mu.Lock()
-	parts, epochs := l.ownedArrays()
-	l.mu.Unlock()
-	kept := map[int]int64{}
-	if len(parts) > 0 {
-		rows, err := l.pool.Query(ctx, l.q.renew, l.cfg.InstanceID, parts, epochs, ttl)
-		if err != nil {
-			return fmt.Errorf("renew leases: %w", err)
-		}
-		var p int
-		var e int64
-		if _, err := pgx.ForEachRow(rows, []any{&p, &e}, func() error { kept[p] = e; return nil }); err != nil {
-			return fmt.Errorf("renew leases: %w", err)
-		}
+	kept, err := l.renew(ctx, ttl)
+	if err != nil {
+		return err
 	}
 
 	l.mu.Lock()
@@ -280,40 +237,118 @@ func (l *leases) tickDB(ctx context.Context, start time.Time, ttl int64) error {
 	l.mu.Unlock()
 
 	if len(release) > 0 {
-		parts, maxes := l.probeArrays(release)
-		if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, parts, maxes); err != nil {
-			return fmt.Errorf("release leases: %w", err)
+		if err := l.release(ctx, release, live, share); err != nil {
+			return err
 		}
-		l.mu.Lock()
-		for _, p := range release {
-			delete(l.owned, p)
-			delete(l.releasing, p)
-			delete(l.probe, p)
-		}
-		l.mu.Unlock()
-		l.cfg.Logger.Info("relay: released partitions for other instances", "partitions", release, "live_instances", live, "share", share)
 	}
 	if want > 0 {
-		rows, err := l.pool.Query(ctx, l.q.acquire, l.cfg.InstanceID, want, l.cfg.Partitions, ttl)
-		if err != nil {
-			return fmt.Errorf("acquire leases: %w", err)
-		}
-		got, from := map[int]int64{}, map[int]int64{}
-		var p int
-		var e, f int64
-		if _, err := pgx.ForEachRow(rows, []any{&p, &e, &f}, func() error { got[p], from[p] = e, f; return nil }); err != nil {
-			return fmt.Errorf("acquire leases: %w", err)
-		}
-		if len(got) > 0 {
-			l.mu.Lock()
-			maps.Copy(l.owned, got)
-			maps.Copy(l.probe, from)
-			n := len(l.owned)
-			l.mu.Unlock()
-			l.cfg.Logger.Info("relay: acquired partitions", "partitions", slices.Sorted(maps.Keys(got)), "owned", n, "live_instances", live)
-			l.signal()
-		}
+		return l.acquire(ctx, want, ttl, live)
 	}
+	return nil
+}
+
+// beat writes this instance's heartbeat and forgets dead instances; it
+// returns the other live instances — while the relay settles after its
+// leases lapsed (see settleUntil), as many as it saw before.
+func (l *leases) beat(ctx context.Context, start time.Time, ttl int64) ([]string, error) {
+	host, _ := os.Hostname()
+	l.mu.Lock()
+	// back: the first heartbeat after this instance's leases lapsed; it
+	// settles (see settleUntil).
+	back := !l.validUntil.IsZero() && start.After(l.validUntil) && len(l.others) > 0
+	settling := back || start.Before(l.settleUntil)
+	recall := []string{}
+	if settling {
+		recall = l.others
+	}
+	l.mu.Unlock()
+	var others, seen []string
+	if err := l.pool.QueryRow(ctx, l.q.heartbeat, l.cfg.InstanceID, host, os.Getpid(), l.cfg.Partitions, ttl, recall).Scan(&others, &seen); err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	if _, err := l.pool.Exec(ctx, l.q.forgetDead, 10*ttl, recall); err != nil {
+		return nil, fmt.Errorf("forget dead instances: %w", err)
+	}
+	switch {
+	case settling && len(seen) > len(others):
+		if back {
+			l.cfg.Logger.Info("relay: back after the leases lapsed; leaving a share to each instance seen before for a lease TTL",
+				"instances_seen", seen, "instances_live", others, "lease_ttl", l.cfg.LeaseTTL)
+			l.mu.Lock()
+			l.settleUntil = start.Add(l.cfg.LeaseTTL)
+			l.mu.Unlock()
+		}
+		others = seen
+	case settling:
+		// As many are back as were seen before: settled.
+		l.mu.Lock()
+		l.settleUntil = time.Time{}
+		l.mu.Unlock()
+	}
+	return others, nil
+}
+
+// renew renews the leases this instance holds and returns those it kept,
+// with their epochs.
+func (l *leases) renew(ctx context.Context, ttl int64) (map[int]int64, error) {
+	l.mu.Lock()
+	parts, epochs := l.ownedArrays()
+	l.mu.Unlock()
+	kept := map[int]int64{}
+	if len(parts) == 0 {
+		return kept, nil
+	}
+	rows, err := l.pool.Query(ctx, l.q.renew, l.cfg.InstanceID, parts, epochs, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	var p int
+	var e int64
+	if _, err := pgx.ForEachRow(rows, []any{&p, &e}, func() error { kept[p] = e; return nil }); err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	return kept, nil
+}
+
+// release hands partitions over to other instances.
+func (l *leases) release(ctx context.Context, release []int, live, share int) error {
+	parts, maxes := l.probeArrays(release)
+	if _, err := l.pool.Exec(ctx, l.q.release, l.cfg.InstanceID, parts, maxes); err != nil {
+		return fmt.Errorf("release leases: %w", err)
+	}
+	l.mu.Lock()
+	for _, p := range release {
+		delete(l.owned, p)
+		delete(l.releasing, p)
+		delete(l.probe, p)
+	}
+	l.mu.Unlock()
+	l.cfg.Logger.Info("relay: released partitions for other instances", "partitions", release, "live_instances", live, "share", share)
+	return nil
+}
+
+// acquire takes up to want free or expired partitions.
+func (l *leases) acquire(ctx context.Context, want int, ttl int64, live int) error {
+	rows, err := l.pool.Query(ctx, l.q.acquire, l.cfg.InstanceID, want, l.cfg.Partitions, ttl)
+	if err != nil {
+		return fmt.Errorf("acquire leases: %w", err)
+	}
+	got, from := map[int]int64{}, map[int]int64{}
+	var p int
+	var e, f int64
+	if _, err := pgx.ForEachRow(rows, []any{&p, &e, &f}, func() error { got[p], from[p] = e, f; return nil }); err != nil {
+		return fmt.Errorf("acquire leases: %w", err)
+	}
+	if len(got) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	maps.Copy(l.owned, got)
+	maps.Copy(l.probe, from)
+	n := len(l.owned)
+	l.mu.Unlock()
+	l.cfg.Logger.Info("relay: acquired partitions", "partitions", slices.Sorted(maps.Keys(got)), "owned", n, "live_instances", live)
+	l.signal()
 	return nil
 }
 

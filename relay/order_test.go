@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink/webhook"
@@ -64,7 +63,7 @@ type orderBundle struct {
 // webhook consumer, logging to log.
 func orderedConfig(t *testing.T, rc *receiver, log *testenv.LogBuffer) relay.Config {
 	t.Helper()
-	hook, err := webhook.New("hook", config.Webhook{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
+	hook, err := webhook.New("hook", webhook.Config{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,19 +2,14 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/delivery"
@@ -175,68 +170,6 @@ func (r *Relay) horizon() int64 {
 		return noHorizon
 	}
 	return r.wm.released()
-}
-
-// listen LISTENs on the outbox channel and wakes the worker on every
-// notification, reconnecting with backoff.
-//
-// A lost connection is logged once (WARN) and its return once (INFO); the
-// attempts in between only at debug level.
-func (r *Relay) listen(ctx context.Context) {
-	bo := newWaitBackoff()
-	channel := outbox.Channel(r.cfg.Schema)
-	lost := false
-	listening := func() {
-		bo.Reset()
-		if lost {
-			r.cfg.Logger.Info("relay: LISTEN connection back", "channel", channel)
-			lost = false
-		}
-	}
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, channel, listening)
-		if ctx.Err() != nil {
-			return
-		}
-		d := bo.NextBackOff()
-		if !lost {
-			r.cfg.Logger.Warn("relay: LISTEN connection lost; polling meanwhile (logged again when it is back)", "channel", channel, "error", err)
-			lost = true
-		} else {
-			r.cfg.Logger.Debug("relay: LISTEN still failing", "channel", channel, "error", err, "retry_in", d.Round(time.Millisecond))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		case <-r.leases.back:
-			// The database is back: listen now, not after d of polling.
-		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, channel string, listening func()) error {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// A connection that was LISTENing is not returned to the pool.
-		c := conn.Hijack()
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		c.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return err
-	}
-	listening()
-	r.notified() // anything notified while we were not listening
-	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-			return err
-		}
-		r.notified()
-	}
 }
 
 // newWaitBackoff is the backoff for waiting out a lost database.
@@ -511,83 +444,16 @@ type flight struct {
 // acks. Per aggregate nothing changes: its events are delivered in id order,
 // never in two deliveries at once.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
-	var (
-		c     claimable
-		evs   []claimed
-		held  []bool
-		after []*flight // the batches the claim passed (see unacked)
-		bs    BatchStats
-		size  int // of the claim that got evs
-	)
+	var bs BatchStats
 	r.claimOK = false
-	pipelined := false
-	beside := false  // claimed beside batches in flight, leaving out x
-	var x *exclusion // what the claim left out (nil: nothing)
-	if p := r.next; p != nil {
-		r.next = nil
-		<-p.done
-		switch {
-		case p.err != nil:
-			r.cfg.Logger.Debug("relay: claim beside the deliveries failed; claiming again", "error", p.err)
-		case len(p.evs) < p.size/4:
-			// Most of the backlog sits behind the aggregates in flight
-			// (a few hot aggregates): claiming beside the deliveries
-			// costs more than it gives, for a while.
-			r.skipBehind = 8
-		}
-		r.claimOK = p.err == nil
-		if p.err == nil && len(p.evs) > 0 {
-			c, evs, held, after, size, pipelined, x = p.c, p.evs, p.held, p.after, p.size, true, p.x
-			p.evs, p.after, p.x = nil, nil, nil
-			bs.Claim, bs.Pipelined = p.took, true
-		} else {
-			r.stats.claimNs.Add(int64(p.took))
-		}
-	}
+	cr, pipelined := r.takeAhead(&bs)
 	if !pipelined {
-		// Without a backlog, claim beside the batches in flight once a
-		// delivery slot is free. With one (the claim beside the last
-		// delivery was skipped), claim once the deliveries ended, beside
-		// their acks: the claim passes the aggregates they delivered (see
-		// unacked). What is still unacked then is left out; a claim
-		// without exclusions (nothing unacked) sees every outcome written
-		// so far.
-		wait := r.settleDeliveries
-		if !r.backlog && len(r.window) > 0 {
-			wait = func(ctx context.Context) error { return r.settle(ctx, r.cfg.InFlight-1) }
-		}
-		if err := wait(ctx); err != nil {
+		var stop bool
+		if cr, stop, err = r.claimNow(ctx, &bs); stop {
 			return false, err
 		}
-		if len(r.window) > 0 {
-			x, after = r.unacked()
-			beside = true
-		}
-		c = r.leases.begin()
-		if len(c.parts) == 0 {
-			if !r.noParts {
-				r.cfg.Logger.Debug("relay: no partition lease to claim from (not claiming until one is held)")
-				r.noParts = true
-			}
-			r.syncInflight()
-			return false, nil
-		}
-		r.noParts = false
-		t0 := time.Now()
-		size = r.q.claims[r.level].size
-		r.reclaim = false
-		evs, held, err = r.claim(ctx, c, x, r.level)
-		bs.Claim = time.Since(t0)
-		if err != nil {
-			r.syncInflight()
-			return false, fmt.Errorf("relay: claim: %w", err)
-		}
-		r.claimOK = true
-		if !beside {
-			r.claimedAt(t0)
-		}
-		bs.Pipelined = beside
 	}
+	c, evs, x, size := cr.c, cr.evs, cr.x, cr.size
 	// A claim that left out whole aggregates may come back short because
 	// of them; one that left out only events by id (those passed, and
 	// those without an aggregate of batches in flight) tells the backlog
@@ -608,7 +474,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	full = pipelined || len(evs) >= size
 	r.backlog = full
 
-	r.startDelivery(ctx, c, evs, held, after, bs)
+	r.startDelivery(ctx, c, evs, cr.held, cr.after, bs)
 	if full && ctx.Err() == nil {
 		if r.skipBehind > 0 {
 			r.skipBehind--
@@ -634,6 +500,93 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	return full, nil
+}
+
+// claimResult is what a batch claimed: from the claim made ahead beside
+// the deliveries, or now.
+type claimResult struct {
+	c     claimable
+	evs   []claimed
+	held  []bool
+	after []*flight  // the batches the claim passed (see unacked)
+	size  int        // of the claim that got evs
+	x     *exclusion // what the claim left out (nil: nothing)
+}
+
+// takeAhead takes the claim made ahead beside the deliveries, if there is
+// one; ok when it got events.
+func (r *Relay) takeAhead(bs *BatchStats) (cr claimResult, ok bool) {
+	p := r.next
+	if p == nil {
+		return cr, false
+	}
+	r.next = nil
+	<-p.done
+	switch {
+	case p.err != nil:
+		r.cfg.Logger.Debug("relay: claim beside the deliveries failed; claiming again", "error", p.err)
+	case len(p.evs) < p.size/4:
+		// Most of the backlog sits behind the aggregates in flight (a few
+		// hot aggregates): claiming beside the deliveries costs more than
+		// it gives, for a while.
+		r.skipBehind = 8
+	}
+	r.claimOK = p.err == nil
+	if p.err != nil || len(p.evs) == 0 {
+		r.stats.claimNs.Add(int64(p.took))
+		return cr, false
+	}
+	cr = claimResult{c: p.c, evs: p.evs, held: p.held, after: p.after, size: p.size, x: p.x}
+	p.evs, p.after, p.x = nil, nil, nil
+	bs.Claim, bs.Pipelined = p.took, true
+	return cr, true
+}
+
+// claimNow claims a batch now. Without a backlog it claims beside the
+// batches in flight once a delivery slot is free. With one (the claim
+// beside the last delivery was skipped), it claims once the deliveries
+// ended, beside their acks: the claim passes the aggregates they delivered
+// (see unacked). What is still unacked then is left out; a claim without
+// exclusions (nothing unacked) sees every outcome written so far. stop says
+// that the batch ends here, with err or without (no partition to claim
+// from).
+func (r *Relay) claimNow(ctx context.Context, bs *BatchStats) (cr claimResult, stop bool, err error) {
+	wait := r.settleDeliveries
+	if !r.backlog && len(r.window) > 0 {
+		wait = func(ctx context.Context) error { return r.settle(ctx, r.cfg.InFlight-1) }
+	}
+	if err := wait(ctx); err != nil {
+		return cr, true, err
+	}
+	beside := len(r.window) > 0 // claimed beside batches in flight, leaving out x
+	if beside {
+		cr.x, cr.after = r.unacked()
+	}
+	cr.c = r.leases.begin()
+	if len(cr.c.parts) == 0 {
+		if !r.noParts {
+			r.cfg.Logger.Debug("relay: no partition lease to claim from (not claiming until one is held)")
+			r.noParts = true
+		}
+		r.syncInflight()
+		return cr, true, nil
+	}
+	r.noParts = false
+	t0 := time.Now()
+	cr.size = r.q.claims[r.level].size
+	r.reclaim = false
+	cr.evs, cr.held, err = r.claim(ctx, cr.c, cr.x, r.level)
+	bs.Claim = time.Since(t0)
+	if err != nil {
+		r.syncInflight()
+		return cr, true, fmt.Errorf("relay: claim: %w", err)
+	}
+	r.claimOK = true
+	if !beside {
+		r.claimedAt(t0)
+	}
+	bs.Pipelined = beside
+	return cr, false, nil
 }
 
 // adapt sets the batch size of the next claims from a claim of size that
@@ -840,451 +793,4 @@ func graceContext(parent context.Context, grace time.Duration) (context.Context,
 		context.AfterFunc(ctx, func() { t.Stop() })
 	})
 	return ctx, func() { stop(); cancel() }
-}
-
-// scanEvents reads a claim's rows (at most size). Room for hint rows (the
-// previous claim's count, at least 256) is made at once: a short claim of a
-// large size costs little, and a backlog's claims do not grow their slice
-// row by row.
-//
-// It allocates little per row, as it runs for every event: the scan
-// targets are declared once (passed to Scan as interfaces, each would
-// escape to the heap per row), the uuids come from slabs, and the event
-// and aggregate types and creators, few distinct values, are interned.
-func scanEvents(rows pgx.Rows, size, hint int) ([]claimed, error) {
-	defer rows.Close()
-	out := make([]claimed, 0, min(size, max(256, hint)))
-	var (
-		part                   int32
-		id                     int64
-		schemaVersion          int
-		auditLogID             *int64
-		attempts               int
-		lastError              *string
-		availableAt, createdAt time.Time
-		// The payload as bytes: scanned into a json.RawMessage pgx would
-		// run it through json.Unmarshal (a validation the database did).
-		payload, deliveries []byte
-		// uuids as pgtype.UUID: a *uuid.UUID is scanned through
-		// sql.Scanner, from the value formatted as text and parsed back.
-		tenant, agg, corr pgtype.UUID
-		blocked           []string
-		overtaken         *int64
-	)
-	// Text columns read from RawValues are left out of Scan (nil).
-	const eventType, aggregateType, createdBy = 3, 5, 14
-	dest := []any{&part, &id, &tenant, nil, &schemaVersion, nil, &agg, &auditLogID, &corr, &payload,
-		&attempts, &lastError, &availableAt, &createdAt, nil, &deliveries, &blocked, &overtaken}
-	var in interner
-	var slab []uuid.UUID
-	uuidOf := func(v pgtype.UUID) *uuid.UUID {
-		if !v.Valid {
-			return nil
-		}
-		if len(slab) == cap(slab) {
-			slab = make([]uuid.UUID, 0, 128)
-		}
-		slab = append(slab, v.Bytes)
-		return &slab[len(slab)-1]
-	}
-	for rows.Next() {
-		// Scan sets every target it is given; these are reset so that a
-		// NULL or a fresh slice never shares the previous row's.
-		auditLogID, lastError, payload, deliveries, blocked, overtaken = nil, nil, nil, nil, nil, nil
-		if err := rows.Scan(dest...); err != nil {
-			return nil, err
-		}
-		raw := rows.RawValues()
-		out = append(out, claimed{part: part, blocked: blocked})
-		if overtaken != nil {
-			out[len(out)-1].overtaken = *overtaken
-		}
-		ce := &out[len(out)-1]
-		e := &ce.ev
-		e.ID, e.SchemaVersion, e.AuditLogID, e.Payload = id, schemaVersion, auditLogID, payload
-		e.EventType, e.AggregateType, e.CreatedBy = in.of(raw[eventType]), in.of(raw[aggregateType]), in.of(raw[createdBy])
-		e.TenantID, e.AggregateID, e.CorrelationID = uuidOf(tenant), uuidOf(agg), uuidOf(corr)
-		e.Attempts, e.LastError, e.AvailableAt, e.CreatedAt = attempts, lastError, availableAt, createdAt
-		e.Status = outbox.StatusPending
-		if len(deliveries) > 0 {
-			var err error
-			if ce.rows, err = parseDeliveries(deliveries); err != nil {
-				return nil, fmt.Errorf("event %d: delivery rows: %w", e.ID, err)
-			}
-		}
-	}
-	return out, rows.Err()
-}
-
-// interner hands out one string per distinct value, up to internMax
-// values (then a new string each time).
-type interner map[string]string
-
-const internMax = 256
-
-func (in *interner) of(b []byte) string {
-	if s, ok := (*in)[string(b)]; ok {
-		return s
-	}
-	s := string(b)
-	if *in == nil {
-		*in = make(interner, 8)
-	}
-	if len(*in) < internMax {
-		(*in)[s] = s
-	}
-	return s
-}
-
-// parseDeliveries reads the claim's JSON array of [consumer, state,
-// attempts, ms until available, held for a paused consumer].
-func parseDeliveries(b []byte) (map[string]prior, error) {
-	var raw [][5]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, err
-	}
-	out := make(map[string]prior, len(raw))
-	for _, r := range raw {
-		var name string
-		var p prior
-		var wait int64
-		if err := errors.Join(json.Unmarshal(r[0], &name), json.Unmarshal(r[1], &p.state),
-			json.Unmarshal(r[2], &p.attempts), json.Unmarshal(r[3], &wait), json.Unmarshal(r[4], &p.held)); err != nil {
-			return nil, err
-		}
-		p.wait = time.Duration(wait) * time.Millisecond
-		out[name] = p
-	}
-	return out, nil
-}
-
-// exclusion is what a claim leaves out: the aggregates (by id) and the
-// aggregate-less events of batches not acked yet.
-type exclusion struct {
-	aggs [][16]byte // not uuid.UUID: pgx encodes that through its driver.Valuer, as text
-	ids  []int64
-	// later is the highest id of each aggregate passed (left out by id):
-	// an event of it claimed now with a lower id came out of order.
-	later map[[16]byte]int64
-}
-
-// add leaves out the events of a batch: its aggregate-less events by id;
-// with its acks (a delivered batch), the events of an aggregate all of
-// whose events in it are passable by id too, reporting whether any were;
-// every other aggregate whole.
-func (x *exclusion) add(evs []claimed, acks []ackRow) (passed bool) {
-	ok := make(map[int64]bool, len(acks))
-	for _, a := range acks {
-		if passable(a) {
-			ok[a.id] = true
-		}
-	}
-	stuck := map[[16]byte]bool{} // present: left out whole; true: not added yet
-	for i := range evs {
-		if e := &evs[i].ev; e.AggregateID != nil && !ok[e.ID] {
-			stuck[*e.AggregateID] = true
-		}
-	}
-	for i := range evs {
-		e := &evs[i].ev
-		if e.AggregateID == nil {
-			x.ids = append(x.ids, e.ID)
-			continue
-		}
-		if first, whole := stuck[*e.AggregateID]; whole {
-			if first {
-				x.aggs = append(x.aggs, *e.AggregateID)
-				stuck[*e.AggregateID] = false
-			}
-			continue
-		}
-		x.ids = append(x.ids, e.ID)
-		if x.later == nil {
-			x.later = map[[16]byte]int64{}
-		}
-		x.later[*e.AggregateID] = max(x.later[*e.AggregateID], e.ID)
-		passed = true
-	}
-	return passed
-}
-
-// claim reads the next deliverable events of the claimable partitions, in id
-// order (see claimSQL), leaving out x (nil: nothing).
-//
-// held is the consumers (by index) that were held back when the claim was
-// made: the claim leaves out the events that only they still owe, so the
-// batch must not be handed to them even if they resume before it is
-// delivered (a later event of an aggregate may be in the batch without the
-// earlier one a held consumer still owes).
-func (r *Relay) claim(ctx context.Context, c claimable, x *exclusion, level int) (evs []claimed, held []bool, err error) {
-	r.stats.claims.Add(1)
-	cs := &r.q.claims[level]
-	q, args := cs.all, []any{}
-	if !c.all {
-		q, args = cs.owned, []any{c.parts}
-	}
-	if x != nil {
-		if c.all {
-			q = cs.allBehind
-		} else {
-			q = cs.ownedBehind
-		}
-		args = append(args, x.aggs, x.ids)
-	}
-	held, names := r.cons.heldNow()
-	args = append(args, names, r.cons.names, r.horizon(), c.probe)
-	cctx, cancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL, 30*time.Second))
-	defer cancel()
-	br, release, err := r.sendBatch(cctx, claimBatch(q, args))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer release()
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, nil, err
-	}
-	evs, err = scanEvents(rows, r.q.claims[level].size, int(r.lastClaimed.Load()))
-	r.lastClaimed.Store(int64(len(evs)))
-	if err != nil {
-		return nil, nil, err
-	}
-	return evs, held, br.Close()
-}
-
-// claimBatch runs a claim statement with sorts and JIT compilation disabled
-// for its transaction (one round trip: the settings end with the batch's
-// implicit transaction; set_config, since SET LOCAL would work too but log a
-// warning per claim in the server's log, outside an explicit transaction
-// block). The claim must walk the pending events in id order and stop at
-// the batch size; with statistics that predate a burst (a new outbox, or
-// autovacuum not yet round) PostgreSQL takes the pending rows for a few and
-// plans to read and sort all of them instead: 280–470 ms per claim at 200,000
-// pending rows, against 2 ms for the walk. JIT: see withoutJIT.
-//
-// Every claim runs the prepared statement's generic plan, planned once per
-// connection: its arguments (owned partitions, consumer names, what is in
-// flight) do not change its shape, yet PostgreSQL's cost comparison picked
-// a custom plan for every call, and planning a claim cost about 1 ms of the
-// server's CPU (1 µs per event of a batch of 1,000, more at the small
-// batches of a moderate rate). The exclusions of claimBehindSQL are hashed
-// in the generic plan too (see there).
-// TestClaimWalksThePendingIndexWithoutStatistics checks the generic plans.
-func claimBatch(q string, args []any) *pgx.Batch {
-	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)")
-	b.Queue(q, args...)
-	return b
-}
-
-// sendBatch sends b on a connection of the pool, with the relay's array
-// encoders installed on it (fastArrays); release hands the connection back
-// once the results are closed.
-func (r *Relay) sendBatch(ctx context.Context, b *pgx.Batch) (br pgx.BatchResults, release func(), err error) {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	useFastArrays(conn.Conn().TypeMap())
-	return conn.SendBatch(ctx, b), conn.Release, nil
-}
-
-// withoutJIT runs a statement with JIT compilation disabled for its
-// transaction. PostgreSQL compiles a plan to machine code first when its
-// estimated cost passes jit_above_cost (100,000 by default): a claim or an
-// ack of 4,000 events passes it, and the claim spent 150 of its 190 ms
-// compiling (each is planned anew: its sizes are literals). The relay's
-// statements are short; none gains from it.
-func withoutJIT(q string, args ...any) *pgx.Batch {
-	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('jit', 'off', true)")
-	b.Queue(q, args...)
-	return b
-}
-
-// ackArgs are the arguments of the ack statements.
-func (r *Relay) ackArgs(c claimable, acks []ackRow) ackArgs {
-	n := len(acks)
-	ids := make([]int64, n)
-	parts := make([]int32, n)
-	attempts := make([]int32, n)
-	outcome := make([]string, n)
-	lastErr := make([]string, n)
-	delay := make([]int64, n)
-	newAttempts := make([]int32, n)
-	var dID, hadRows, pID []int64
-	var dConsumer, dState, dErr, pConsumer []string
-	var dAttempts []int32
-	var dDelay []int64
-	for i, a := range acks {
-		for m := a.deliveredMask; m != 0; m &= m - 1 {
-			pID, pConsumer = append(pID, a.id), append(pConsumer, r.cons.names[bits.TrailingZeros64(m)])
-		}
-		for _, ci := range a.deliveredMore {
-			pID, pConsumer = append(pID, a.id), append(pConsumer, r.cons.names[ci])
-		}
-		ids[i], parts[i], attempts[i], outcome[i], lastErr[i], delay[i] = a.id, a.part, int32(a.attempts), a.outcome, a.lastError, a.delay.Milliseconds()
-		newAttempts[i] = int32(a.newAttempts)
-		if a.hadRows {
-			hadRows = append(hadRows, a.id)
-		}
-		for _, d := range a.rows {
-			dID = append(dID, a.id)
-			dConsumer = append(dConsumer, d.consumer)
-			dState = append(dState, d.state)
-			dAttempts = append(dAttempts, int32(d.attempts))
-			dErr = append(dErr, d.lastError)
-			dDelay = append(dDelay, d.delay.Milliseconds())
-		}
-	}
-	// The same pairs counted per consumer, for ackHeldSQL.
-	perConsumer := map[string]int64{}
-	for _, c := range pConsumer {
-		perConsumer[c]++
-	}
-	heldConsumers, heldCounts := make([]string, 0, len(perConsumer)), make([]int64, 0, len(perConsumer))
-	for c, n := range perConsumer {
-		heldConsumers, heldCounts = append(heldConsumers, c), append(heldCounts, n)
-	}
-	// Empty, not nil: unnest of a NULL array is fine, but = ANY of NULL is
-	// unknown; keep every array typed and present.
-	return ackArgs{
-		all: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, parts, attempts, outcome, lastErr, delay, newAttempts,
-			nonNil(dID), nonNil(dConsumer), nonNil(dState), nonNil(dAttempts), nonNil(dErr), nonNil(dDelay), nonNil(hadRows),
-			nonNil(pID), nonNil(pConsumer)},
-		held: []any{r.cfg.InstanceID, c.parts, c.epochs, ids, heldConsumers, heldCounts},
-	}
-}
-
-// ackArgs are the arguments of ackSQL (all) and ackHeldSQL (held).
-type ackArgs struct{ all, held []any }
-
-// passable reports that an ack row records its event as dispatched or
-// skipped and nothing else: the next events of its aggregate may be
-// claimed before the ack commits (see unacked).
-func passable(a ackRow) bool {
-	return (a.outcome == "dispatched" || a.outcome == "skipped") && a.lastError == "" && !a.hadRows && len(a.rows) == 0
-}
-
-// dispatchedOnly reports that every outcome is dispatched, without an
-// error to record or attempts to count, and that no event had delivery
-// rows: ackHeldSQL writes them while the claimed partitions are held.
-func dispatchedOnly(acks []ackRow) bool {
-	for _, a := range acks {
-		if a.outcome != "dispatched" || !passable(a) || a.newAttempts != a.attempts {
-			return false
-		}
-	}
-	return true
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-func (r *Relay) countFenced(c claimable, n int, affected int64, bs *BatchStats) {
-	if fenced := n - int(affected); fenced > 0 {
-		bs.Fenced = fenced
-		r.leases.doubt(c)
-		r.cfg.Logger.Warn("relay: outcomes not recorded: partition lease lost (the new owner delivers these events again)",
-			"events", fenced, "batch", n)
-	}
-}
-
-// ack writes the outcomes in one statement (two when a lean batch's claimed
-// partitions are not all held any more), retrying while the database is
-// away for as long as the leases can still be valid. The statements only
-// apply to rows that are still pending (ackSQL: with the attempts they were
-// claimed with), so a retry after an ack whose reply was lost changes
-// nothing twice.
-func (r *Relay) ack(ctx context.Context, c claimable, acks []ackRow, bs *BatchStats) error {
-	if len(acks) == 0 {
-		return nil
-	}
-	n := len(acks)
-	args := r.ackArgs(c, acks)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
-	defer cancel()
-	bo := newWaitBackoff()
-	// affected counts the rows every statement that succeeded changed: a
-	// retry after an error repeats only the statements that failed.
-	var affected int64
-	heldDone := !dispatchedOnly(acks)
-	for {
-		var err error
-		if !heldDone {
-			// Every claimed partition still held: the ids alone
-			// (instance, lease partitions and epochs, ids).
-			var k int64
-			if k, err = r.ackExec(actx, r.q.ackHeld, args.held); err == nil {
-				affected, heldDone = affected+k, true
-			}
-		}
-		if err == nil && affected < int64(n) {
-			// Not a lean batch, or a partition was lost (or rows were acked
-			// before): partition by partition.
-			var k int64
-			if k, err = r.ackExec(actx, r.q.ack, args.all); err == nil {
-				affected += k
-			}
-		}
-		if err == nil {
-			r.countFenced(c, n, affected, bs)
-			return nil
-		}
-		d := bo.NextBackOff()
-		if actx.Err() != nil || time.Now().Add(d).After(deadline(actx)) {
-			return fmt.Errorf("relay: ack %d outcomes (they will be delivered again): %w", n, err)
-		}
-		r.cfg.Logger.Warn("relay: ack failed; retrying", "error", err, "retry_in", d.Round(time.Millisecond))
-		select {
-		case <-actx.Done():
-		case <-time.After(d):
-		}
-	}
-}
-
-// ackExec runs one ack statement without JIT and returns how many outbox
-// rows it changed (the count it returns).
-func (r *Relay) ackExec(ctx context.Context, q string, args []any) (int64, error) {
-	b := withoutJIT(q, args...)
-	if r.wm != nil {
-		// The ack's own transaction id, before its UPDATE runs: the
-		// watermark does not wait for it (an ack takes no outbox id).
-		b.QueuedQueries[0].SQL = "SELECT set_config('jit', 'off', true), pg_current_xact_id()::text::bigint"
-	}
-	br, release, err := r.sendBatch(ctx, b)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	var affected int64
-	if r.wm != nil {
-		var xid int64
-		if err = br.QueryRow().Scan(nil, &xid); err == nil {
-			r.wm.own(uint64(xid))
-			defer r.wm.disown(uint64(xid))
-		}
-	} else {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(&affected)
-	}
-	return affected, errors.Join(err, br.Close())
-}
-
-func deadline(ctx context.Context) time.Time {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return time.Now().Add(time.Hour)
-	}
-	return d
 }

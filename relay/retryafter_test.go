@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink/webhook"
@@ -36,7 +35,7 @@ func TestRetryAfterOfTheEndpointIsHonoured(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	hook, err := webhook.New("hook", config.Webhook{URL: srv.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
+	hook, err := webhook.New("hook", webhook.Config{URL: srv.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 2}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

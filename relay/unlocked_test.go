@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink/webhook"
@@ -37,7 +36,7 @@ type unlockedLoad struct {
 func runUnlocked(t testing.TB, watermark string, producers, aggregates int, d, maxHold time.Duration) unlockedLoad {
 	db := testenv.NewDB(t)
 	rc := newReceiver(t)
-	hook, err := webhook.New("hook", config.Webhook{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 8}, nil, nil)
+	hook, err := webhook.New("hook", webhook.Config{URL: rc.URL, Secret: "s", Timeout: 5 * time.Second, Concurrency: 8}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
