@@ -9,9 +9,9 @@
 // YAML form of relay.Config and compaction.Config, whose WithDefaults and
 // Validate give the defaults and bounds (packages.go maps them and points
 // their complaints at the key's line). The engine section is indexer.Config,
-// the engine layer's own type. Webhook and Nats are the consumers' Config
-// types; their WithDefaults methods here are called by Load and by the
-// constructors alike.
+// the engine layer's own type, and a consumer's webhook and nats sections
+// are webhook.Config and nats.Config; their WithDefaults methods are called
+// by Load and by the constructors alike.
 package config
 
 import (
@@ -35,7 +35,8 @@ import (
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/secret"
-	"github.com/searchsync/searchsync/internal/tlsconf"
+	"github.com/searchsync/searchsync/sink/nats"
+	"github.com/searchsync/searchsync/sink/webhook"
 )
 
 // Config is the whole configuration. The zero value of every field means its
@@ -266,139 +267,11 @@ type Consumer struct {
 	// Type is webhook, nats or search. Required.
 	Type string `yaml:"type"`
 	// Webhook configures a webhook consumer.
-	Webhook *Webhook `yaml:"webhook"`
+	Webhook *webhook.Config `yaml:"webhook"`
 	// Nats configures a NATS JetStream consumer.
-	Nats *Nats `yaml:"nats"`
+	Nats *nats.Config `yaml:"nats"`
 	// Search configures a search-engine consumer.
 	Search *Search `yaml:"search"`
-}
-
-// Webhook is a signed JSON POST endpoint.
-type Webhook struct {
-	// URL of the endpoint. Required.
-	URL string `yaml:"url"`
-	// Secret signs requests (Standard Webhooks, HMAC-SHA256). Required. A
-	// secret: "env:NAME" reads the environment variable NAME, "file:PATH"
-	// the file.
-	Secret string `yaml:"secret"`
-	// Timeout of one request. Default 10s.
-	Timeout time.Duration `yaml:"timeout"`
-	// Concurrency is the most requests in flight. Default 8.
-	Concurrency int `yaml:"concurrency"`
-	// TLS is how the endpoint's certificate is verified and which client
-	// certificate searchsync presents (mTLS endpoints); for https:// URLs.
-	// Default: the system's CAs, no client certificate.
-	TLS tlsconf.Config `yaml:"tls"`
-}
-
-// WithDefaults returns w with every zero field replaced by its default (the
-// one its comment gives). It is the one place of these defaults: Load and
-// webhook.New both call it.
-func (w Webhook) WithDefaults() Webhook {
-	w.Timeout = cmp.Or(w.Timeout, 10*time.Second)
-	w.Concurrency = cmp.Or(w.Concurrency, 8)
-	return w
-}
-
-// Nats is a JetStream publisher.
-type Nats struct {
-	// URL of the NATS server. Default nats://127.0.0.1:4222. Env SEARCHSYNC_NATS_URL.
-	URL string `yaml:"url"`
-	// Subject is a template; {aggregate_type}, {event_type}, {tenant_id},
-	// {aggregate_id} are replaced. Default "outbox.{aggregate_type}.{event_type}".
-	Subject string `yaml:"subject"`
-	// Stream is the JetStream stream that must hold the subjects. Required.
-	Stream string `yaml:"stream"`
-	// CreateStream lets searchsync create the stream (subjects "<prefix>.>"
-	// from the template's literal prefix) or update it. Default false: the
-	// stream must exist and cover every subject of the template; start-up
-	// checks it.
-	CreateStream bool `yaml:"create_stream"`
-	// DuplicateWindow of the stream when searchsync creates it; an existing
-	// stream must have at least this window. JetStream drops a message whose
-	// Nats-Msg-Id (the event id) it saw within the window. Default 2m; must be
-	// at least 2 × relay.lease_ttl so that a redelivery after a relay crash is
-	// absorbed.
-	DuplicateWindow time.Duration `yaml:"duplicate_window"`
-	// Retention of the stream when searchsync creates it: limits, interest or
-	// workqueue. Default limits.
-	Retention string `yaml:"retention"`
-	// MaxAge of the stream's messages when searchsync creates it. Default 0
-	// (kept until the stream's other limits remove them).
-	MaxAge time.Duration `yaml:"max_age"`
-	// Timeout waiting for a PubAck. Default 5s.
-	Timeout time.Duration `yaml:"timeout"`
-	// MaxInFlight bounds the publishes awaiting their PubAck per batch.
-	// Default 256.
-	MaxInFlight int `yaml:"max_in_flight"`
-
-	// At most one auth method of CredsFile, NKeySeedFile, Token and
-	// Username/Password (default none). See docs/connections.md.
-
-	// CredsFile is a NATS credentials file (a user JWT and its nkey seed, as
-	// `nsc generate creds` writes it), for servers in operator/JWT mode.
-	CredsFile string `yaml:"creds_file"`
-	// NKeySeedFile is a file holding a user nkey seed (SU…), for servers
-	// that list the user's public nkey.
-	NKeySeedFile string `yaml:"nkey_seed_file"`
-	// Token is an authorization token. A secret.
-	Token secret.Ref `yaml:"token"`
-	// Username and Password; both or neither. Password is a secret.
-	Username string     `yaml:"username"`
-	Password secret.Ref `yaml:"password"`
-	// TLS is how the server's certificate is verified and which client
-	// certificate searchsync presents. Setting it makes the connection use
-	// TLS (as does a tls:// URL). Default: TLS only when the server asks for
-	// it, verified against the system's CAs.
-	TLS tlsconf.Config `yaml:"tls"`
-}
-
-// WithDefaults returns n with every zero field replaced by its default (the
-// one its comment gives). It is the one place of these defaults: Load and
-// the nats consumer's New both call it.
-func (n Nats) WithDefaults() Nats {
-	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-	n.Subject = cmp.Or(n.Subject, "outbox.{aggregate_type}.{event_type}")
-	n.DuplicateWindow = cmp.Or(n.DuplicateWindow, 2*time.Minute)
-	n.Timeout = cmp.Or(n.Timeout, 5*time.Second)
-	n.Retention = cmp.Or(n.Retention, "limits")
-	n.MaxInFlight = cmp.Or(n.MaxInFlight, 256)
-	return n
-}
-
-// Nats auth methods, as AuthMethod names them.
-const (
-	NatsAuthNone     = "none"
-	NatsAuthCreds    = "creds_file"
-	NatsAuthNKey     = "nkey_seed_file"
-	NatsAuthToken    = "token"
-	NatsAuthPassword = "username/password"
-)
-
-// AuthMethod is the configured auth method (the first when several are set,
-// which Validate refuses).
-func (n Nats) AuthMethod() string {
-	if m := n.authMethods(); len(m) > 0 {
-		return m[0]
-	}
-	return NatsAuthNone
-}
-
-func (n Nats) authMethods() []string {
-	var m []string
-	if n.CredsFile != "" {
-		m = append(m, NatsAuthCreds)
-	}
-	if n.NKeySeedFile != "" {
-		m = append(m, NatsAuthNKey)
-	}
-	if n.Token != "" {
-		m = append(m, NatsAuthToken)
-	}
-	if n.Username != "" || n.Password != "" {
-		m = append(m, NatsAuthPassword)
-	}
-	return m
 }
 
 // Search writes documents to the engine's indexes.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/searchsync/searchsync/internal/tlsconf"
+	"github.com/searchsync/searchsync/sink/nats"
 )
 
 // tls checks a tls block (reading its files) under key.
@@ -33,8 +34,8 @@ func (v *validator) tls(key string, c tlsconf.Config) {
 // one method at most, both halves of username/password, secrets that
 // resolve (when the command reads them, see Secrets), files that hold what
 // they should, and the tls block.
-func (v *validator) natsAuth(c *Config, key string, n Nats) {
-	methods := n.authMethods()
+func (v *validator) natsAuth(c *Config, key string, n nats.Config) {
+	methods := n.AuthMethods()
 	if u, err := url.Parse(n.URL); err == nil && u.User != nil {
 		v.add(key+".url", "must not hold credentials: set nats.username and nats.password, or nats.token")
 	}

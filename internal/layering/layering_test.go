@@ -42,7 +42,7 @@ var rules = []rule{
 	},
 	{
 		name: "packages-own-their-config",
-		pkgs: []string{"relay", "compaction", "indexer", "mapping", "reindex", "internal/metrics"},
+		pkgs: []string{"relay", "compaction", "indexer", "mapping", "reindex", "internal/metrics", "sink/webhook", "sink/nats"},
 		deny: []string{"internal/config"},
 		why:  "a package owns its Config (defaults in the field comments, WithDefaults, Validate); internal/config maps the YAML onto it and so sits above it",
 	},
@@ -51,6 +51,12 @@ var rules = []rule{
 		pkgs: []string{"sink", "relay"},
 		deny: []string{"sink/search", "sink/webhook", "sink/nats", "lag", "reindex", "dashboard", "compaction", "cmd"},
 		why:  "the relay drives consumers through sink.Consumer; neither the contract nor the relay knows a consumer, an operator view or a job",
+	},
+	{
+		name: "consumers-below-the-relay",
+		pkgs: []string{"sink/webhook", "sink/nats"},
+		deny: []string{"relay", "lag", "reindex", "dashboard", "compaction", "cmd"},
+		why:  "a consumer is driven by the relay through sink.Consumer and knows nothing of the relay, the operator views or the jobs",
 	},
 	{
 		name: "compaction-stands-alone",

@@ -7,7 +7,6 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
@@ -18,20 +17,20 @@ import (
 func (c *Consumer) authOptions() ([]natsgo.Option, error) {
 	var opts []natsgo.Option
 	switch c.cfg.AuthMethod() {
-	case config.NatsAuthCreds:
+	case AuthCreds:
 		opts = append(opts, natsgo.UserCredentials(c.cfg.CredsFile))
-	case config.NatsAuthNKey:
+	case AuthNKey:
 		o, err := natsgo.NkeyOptionFromSeed(c.cfg.NKeySeedFile)
 		if err != nil {
 			return nil, c.configErr("nats.nkey_seed_file", "%s: %v", c.cfg.NKeySeedFile, err)
 		}
 		opts = append(opts, o)
-	case config.NatsAuthToken:
+	case AuthToken:
 		if err := c.cfg.Token.Check("nats.token"); err != nil {
 			return nil, c.configErr("nats.token", "%v", err)
 		}
 		opts = append(opts, natsgo.TokenHandler(func() string { return c.reread("nats.token", c.cfg.Token) }))
-	case config.NatsAuthPassword:
+	case AuthPassword:
 		if err := c.cfg.Password.Check("nats.password"); err != nil {
 			return nil, c.configErr("nats.password", "%v", err)
 		}
@@ -63,13 +62,13 @@ func (c *Consumer) reread(key string, ref secret.Ref) string {
 // authKey is the setting to check when the server refuses the credentials.
 func (c *Consumer) authKey() string {
 	switch c.cfg.AuthMethod() {
-	case config.NatsAuthCreds:
+	case AuthCreds:
 		return "nats.creds_file"
-	case config.NatsAuthNKey:
+	case AuthNKey:
 		return "nats.nkey_seed_file"
-	case config.NatsAuthToken:
+	case AuthToken:
 		return "nats.token"
-	case config.NatsAuthPassword:
+	case AuthPassword:
 		return "nats.password"
 	}
 	return "nats"
@@ -91,7 +90,7 @@ func isAuthErr(err error) bool {
 
 // authReason explains a refusal of the credentials, naming the key.
 func (c *Consumer) authReason(err error) string {
-	if c.cfg.AuthMethod() == config.NatsAuthNone {
+	if c.cfg.AuthMethod() == AuthNone {
 		return fmt.Sprintf("%s refused the connection (%v): the server wants credentials: set one of nats.creds_file, nats.nkey_seed_file, nats.token, nats.username and nats.password", c.shownURL, err)
 	}
 	return fmt.Sprintf("%s refused the credentials of %s (%s): %v", c.shownURL, c.authKey(), c.cfg.AuthMethod(), err)

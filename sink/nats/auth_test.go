@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
@@ -36,14 +35,14 @@ func writeFile(t *testing.T, name string, data []byte) string {
 // authCase is one way of being let in by a server of the test's own.
 type authCase struct {
 	srv   *natstest.Server
-	good  func(*config.Nats) // the credentials the server accepts
-	bad   func(*config.Nats) // wrong ones, of the same method
+	good  func(*nats.Config) // the credentials the server accepts
+	bad   func(*nats.Config) // wrong ones, of the same method
 	key   string             // the key a refusal names
 	leaks []string           // secrets no error may print
 }
 
 // delivers checks that a consumer with cfg connects and publishes.
-func delivers(t *testing.T, cfg config.Nats) {
+func delivers(t *testing.T, cfg nats.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -65,7 +64,7 @@ func delivers(t *testing.T, cfg config.Nats) {
 
 // refused checks that a consumer with cfg stops at once with a
 // *ConfigError naming key, and that no secret shows in it.
-func refused(t *testing.T, cfg config.Nats, key string, leaks ...string) {
+func refused(t *testing.T, cfg nats.Config, key string, leaks ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -90,9 +89,9 @@ func refused(t *testing.T, cfg config.Nats, key string, leaks ...string) {
 	t.Logf("refused: %v", err)
 }
 
-func cfgFor(t *testing.T, srv *natstest.Server, mod func(*config.Nats)) config.Nats {
+func cfgFor(t *testing.T, srv *natstest.Server, mod func(*nats.Config)) nats.Config {
 	stream, prefix := names(t)
-	cfg := config.Nats{URL: srv.URL, Stream: stream, CreateStream: true, Subject: prefix + ".{aggregate_type}.{event_type}"}
+	cfg := nats.Config{URL: srv.URL, Stream: stream, CreateStream: true, Subject: prefix + ".{aggregate_type}.{event_type}"}
 	mod(&cfg)
 	return cfg
 }
@@ -104,8 +103,8 @@ func TestAuthMethods(t *testing.T) {
 			const tok = "t0ken-for-searchsync"
 			return authCase{
 				srv:   natstest.StartConfig(t, fmt.Sprintf("authorization { token: %q }\n", tok), natsgo.Token(tok)),
-				good:  func(n *config.Nats) { n.Token = secret.Ref("file:" + writeFile(t, "token", []byte(tok+"\n"))) },
-				bad:   func(n *config.Nats) { n.Token = "wrong-t0ken" },
+				good:  func(n *nats.Config) { n.Token = secret.Ref("file:" + writeFile(t, "token", []byte(tok+"\n"))) },
+				bad:   func(n *nats.Config) { n.Token = "wrong-t0ken" },
 				key:   "nats.token",
 				leaks: []string{tok, "wrong-t0ken"},
 			}
@@ -114,8 +113,8 @@ func TestAuthMethods(t *testing.T) {
 			const pw = "pa55-for-searchsync"
 			return authCase{
 				srv:   natstest.StartConfig(t, fmt.Sprintf("authorization { users: [{user: searchsync, password: %q}] }\n", pw), natsgo.UserInfo("searchsync", pw)),
-				good:  func(n *config.Nats) { n.Username, n.Password = "searchsync", pw },
-				bad:   func(n *config.Nats) { n.Username, n.Password = "searchsync", "not-the-pa55" },
+				good:  func(n *nats.Config) { n.Username, n.Password = "searchsync", pw },
+				bad:   func(n *nats.Config) { n.Username, n.Password = "searchsync", "not-the-pa55" },
 				key:   "nats.password",
 				leaks: []string{pw, "not-the-pa55"},
 			}
@@ -133,8 +132,8 @@ func TestAuthMethods(t *testing.T) {
 			}
 			return authCase{
 				srv:   natstest.StartConfig(t, fmt.Sprintf("authorization { users: [{nkey: %q}] }\n", pub), nkOpt),
-				good:  func(n *config.Nats) { n.NKeySeedFile = seedFile },
-				bad:   func(n *config.Nats) { n.NKeySeedFile = writeFile(t, "other.nk", otherSeed) },
+				good:  func(n *nats.Config) { n.NKeySeedFile = seedFile },
+				bad:   func(n *nats.Config) { n.NKeySeedFile = writeFile(t, "other.nk", otherSeed) },
 				key:   "nats.nkey_seed_file",
 				leaks: []string{string(seed), string(otherSeed)},
 			}
@@ -144,8 +143,8 @@ func TestAuthMethods(t *testing.T) {
 			credsFile := writeFile(t, "user.creds", creds)
 			return authCase{
 				srv:  natstest.StartConfig(t, conf, natsgo.UserCredentials(credsFile)),
-				good: func(n *config.Nats) { n.CredsFile = credsFile },
-				bad:  func(n *config.Nats) { n.CredsFile = writeFile(t, "stranger.creds", strangerCreds) },
+				good: func(n *nats.Config) { n.CredsFile = credsFile },
+				bad:  func(n *nats.Config) { n.CredsFile = writeFile(t, "stranger.creds", strangerCreds) },
 				key:  "nats.creds_file",
 			}
 		},
@@ -156,7 +155,7 @@ func TestAuthMethods(t *testing.T) {
 			delivers(t, cfgFor(t, ac.srv, ac.good))
 			refused(t, cfgFor(t, ac.srv, ac.bad), ac.key, ac.leaks...)
 			// No credentials at all: the error says which keys exist.
-			refused(t, cfgFor(t, ac.srv, func(*config.Nats) {}), "nats", ac.leaks...)
+			refused(t, cfgFor(t, ac.srv, func(*nats.Config) {}), "nats", ac.leaks...)
 		})
 	}
 }
@@ -217,11 +216,11 @@ func TestTLS(t *testing.T) {
 	conf := fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n  timeout: 5\n}\n", srvCert, srvKey, ca.CertFile)
 	srv := natstest.StartConfig(t, conf, natsgo.RootCAs(ca.CertFile), natsgo.ClientCert(cliCert, cliKey))
 
-	delivers(t, cfgFor(t, srv, func(n *config.Nats) {
+	delivers(t, cfgFor(t, srv, func(n *nats.Config) {
 		n.TLS = tlsconf.Config{CAFile: ca.CertFile, CertFile: cliCert, KeyFile: cliKey}
 	}))
 	// tls:// asks for TLS in the URL too.
-	delivers(t, cfgFor(t, srv, func(n *config.Nats) {
+	delivers(t, cfgFor(t, srv, func(n *nats.Config) {
 		n.URL = strings.Replace(n.URL, "nats://", "tls://", 1)
 		n.TLS = tlsconf.Config{CAFile: ca.CertFile, CertFile: cliCert, KeyFile: cliKey}
 	}))
@@ -240,7 +239,7 @@ func TestTLS(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			c, err := nats.New(ctx, "queue", cfgFor(t, srv, func(n *config.Nats) { n.TLS = tc.tls }), testLogger(t))
+			c, err := nats.New(ctx, "queue", cfgFor(t, srv, func(n *nats.Config) { n.TLS = tc.tls }), testLogger(t))
 			if err == nil {
 				c.Close()
 				t.Fatal("connected")
@@ -262,7 +261,7 @@ func TestCredentialsRefusedWhileRunning(t *testing.T) {
 	conf := func(tok string) string { return fmt.Sprintf("authorization { token: %q }\n", tok) }
 	srv := natstest.StartConfig(t, conf("first-t0ken"), natsgo.Token("first-t0ken"))
 	tokFile := writeFile(t, "token", []byte("first-t0ken\n"))
-	cfg := cfgFor(t, srv, func(n *config.Nats) { n.Token = secret.Ref("file:" + tokFile); n.Timeout = 2 * time.Second })
+	cfg := cfgFor(t, srv, func(n *nats.Config) { n.Token = secret.Ref("file:" + tokFile); n.Timeout = 2 * time.Second })
 	ctx := context.Background()
 	c, err := nats.New(ctx, "queue", cfg, testLogger(t))
 	if err != nil {

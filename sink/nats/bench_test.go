@@ -10,7 +10,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink/nats/natstest"
@@ -44,7 +43,7 @@ func BenchmarkPublish(b *testing.B) {
 		return strings.ToUpper(testenv.Name("bench")), testenv.Name("bench")
 	}
 	stream, prefix := names()
-	c, err := New(ctx, "bench", config.Nats{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}", CreateStream: true}, nil)
+	c, err := New(ctx, "bench", Config{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}", CreateStream: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

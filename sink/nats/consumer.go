@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -35,7 +34,7 @@ const (
 // use by several Deliver calls.
 type Consumer struct {
 	name string
-	cfg  config.Nats
+	cfg  Config
 	// shownURL names the server in reasons and logs (no user information).
 	shownURL string
 	subject  *Subject
@@ -72,8 +71,8 @@ func shownURL(raw string) string {
 // a *ConfigError at once. An unreachable server is waited for with backoff
 // until ctx ends, as for every other service searchsync depends on.
 //
-// Zero fields of cfg take the defaults of config.Nats.WithDefaults.
-func New(ctx context.Context, name string, cfg config.Nats, logger *slog.Logger) (*Consumer, error) {
+// Zero fields of cfg take the defaults of Config.WithDefaults.
+func New(ctx context.Context, name string, cfg Config, logger *slog.Logger) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -29,7 +29,7 @@ func names(t *testing.T) (stream, prefix string) {
 	return stream, prefix
 }
 
-func newConsumer(t *testing.T, cfg config.Nats) *nats.Consumer {
+func newConsumer(t *testing.T, cfg nats.Config) *nats.Consumer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -48,7 +48,7 @@ func TestMessageSubjectHeadersBody(t *testing.T) {
 	t.Parallel()
 	url := natstest.URL(t)
 	stream, prefix := names(t)
-	c := newConsumer(t, config.Nats{URL: url, Stream: stream, CreateStream: true,
+	c := newConsumer(t, nats.Config{URL: url, Stream: stream, CreateStream: true,
 		Subject: prefix + ".{aggregate_type}.{tenant_id}.{aggregate_id}.{event_type}"})
 	var g sinktest.Events
 	events := g.Make("a", "")
@@ -144,7 +144,7 @@ func TestStartupStopsOnBadStreamConfiguration(t *testing.T) {
 	t.Parallel()
 	url := natstest.URL(t)
 	ctx := context.Background()
-	try := func(cfg config.Nats) error {
+	try := func(cfg nats.Config) error {
 		c, err := nats.New(ctx, "queue", cfg, testLogger(t))
 		if err == nil {
 			c.Close()
@@ -154,7 +154,7 @@ func TestStartupStopsOnBadStreamConfiguration(t *testing.T) {
 
 	t.Run("missing stream", func(t *testing.T) {
 		stream, prefix := names(t)
-		err := try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".{event_type}"})
+		err := try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".{event_type}"})
 		configErr(t, err, "nats.stream")
 		if !strings.Contains(err.Error(), "does not exist") {
 			t.Errorf("reason: %v", err)
@@ -164,10 +164,10 @@ func TestStartupStopsOnBadStreamConfiguration(t *testing.T) {
 		stream, prefix := names(t)
 		createStream(t, url, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".DDM_ENTITY.>"}, Duplicates: 5 * time.Minute})
 		t.Cleanup(func() { deleteStream(t, url, stream) })
-		err := try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}"})
+		err := try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}"})
 		configErr(t, err, "nats.subject")
 		// A template the stream covers passes.
-		if err := try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".DDM_ENTITY.{event_type}"}); err != nil {
+		if err := try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".DDM_ENTITY.{event_type}"}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -175,14 +175,14 @@ func TestStartupStopsOnBadStreamConfiguration(t *testing.T) {
 		stream, prefix := names(t)
 		createStream(t, url, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}, Duplicates: time.Second})
 		t.Cleanup(func() { deleteStream(t, url, stream) })
-		err := try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".{event_type}"})
+		err := try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".{event_type}"})
 		configErr(t, err, "nats.duplicate_window")
 	})
 	t.Run("retention mismatch", func(t *testing.T) {
 		stream, prefix := names(t)
 		createStream(t, url, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}, Retention: jetstream.WorkQueuePolicy})
 		t.Cleanup(func() { deleteStream(t, url, stream) })
-		err := try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true})
+		err := try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true})
 		configErr(t, err, "nats.retention")
 	})
 	t.Run("subjects taken by another stream", func(t *testing.T) {
@@ -190,21 +190,21 @@ func TestStartupStopsOnBadStreamConfiguration(t *testing.T) {
 		createStream(t, url, jetstream.StreamConfig{Name: other, Subjects: []string{prefix + ".>"}})
 		t.Cleanup(func() { deleteStream(t, url, other) })
 		stream, _ := names(t)
-		err := try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true})
+		err := try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true})
 		configErr(t, err, "nats.stream")
 	})
 	t.Run("bad template", func(t *testing.T) {
 		stream, _ := names(t)
-		configErr(t, try(config.Nats{URL: url, Stream: stream, Subject: "{event_type}.x", CreateStream: true}), "nats.subject")
+		configErr(t, try(nats.Config{URL: url, Stream: stream, Subject: "{event_type}.x", CreateStream: true}), "nats.subject")
 	})
 	t.Run("bad retention", func(t *testing.T) {
 		stream, prefix := names(t)
-		configErr(t, try(config.Nats{URL: url, Stream: stream, Subject: prefix + ".{event_type}", Retention: "forever"}), "nats.retention")
+		configErr(t, try(nats.Config{URL: url, Stream: stream, Subject: prefix + ".{event_type}", Retention: "forever"}), "nats.retention")
 	})
 	t.Run("JetStream disabled", func(t *testing.T) {
 		srv := natstest.StartWithoutJetStream(t)
 		stream, prefix := names(t)
-		configErr(t, try(config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true}), "nats.url")
+		configErr(t, try(nats.Config{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true}), "nats.url")
 	})
 }
 
@@ -213,7 +213,7 @@ func TestCreateStreamUpdatesAnExistingOne(t *testing.T) {
 	url := natstest.URL(t)
 	stream, prefix := names(t)
 	createStream(t, url, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + "_legacy.>"}, Duplicates: 10 * time.Second})
-	newConsumer(t, config.Nats{URL: url, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true, DuplicateWindow: 7 * time.Minute})
+	newConsumer(t, nats.Config{URL: url, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true, DuplicateWindow: 7 * time.Minute})
 	sc := streamConfig(t, url, stream)
 	if !strings.Contains(strings.Join(sc.Subjects, ","), prefix+".>") || !strings.Contains(strings.Join(sc.Subjects, ","), prefix+"_legacy.>") ||
 		sc.Duplicates != 7*time.Minute {
@@ -256,7 +256,7 @@ func TestNoStreamForSubjectIsUnavailable(t *testing.T) {
 	t.Parallel()
 	url := natstest.URL(t)
 	stream, prefix := names(t)
-	c := newConsumer(t, config.Nats{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}", CreateStream: true})
+	c := newConsumer(t, nats.Config{URL: url, Stream: stream, Subject: prefix + ".{aggregate_type}.{event_type}", CreateStream: true})
 	// An operator narrows the stream after start-up.
 	sc := streamConfig(t, url, stream)
 	sc.Subjects = []string{prefix + ".OTHER.>"}
@@ -297,7 +297,7 @@ func TestNoPubAckIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	stream, prefix := names(t)
-	c := newConsumer(t, config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true,
+	c := newConsumer(t, nats.Config{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true,
 		Timeout: time.Second, MaxInFlight: 1})
 	var g sinktest.Events
 	// A subscriber on the subject answering nothing stands in for a stream
@@ -345,7 +345,7 @@ func TestServerDownIsUnavailableAndProbed(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	stream, prefix := names(t)
-	c := newConsumer(t, config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true, Timeout: 2 * time.Second})
+	c := newConsumer(t, nats.Config{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true, Timeout: 2 * time.Second})
 	var g sinktest.Events
 	ctx := context.Background()
 	if err := c.Probe(ctx); err != nil {
@@ -404,7 +404,7 @@ func TestWaitsForServerAtStartup(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.Stop()
 	stream, prefix := names(t)
-	cfg := config.Nats{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true}
+	cfg := nats.Config{URL: srv.URL, Stream: stream, Subject: prefix + ".{event_type}", CreateStream: true}
 	// Gives up when ctx ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

@@ -13,7 +13,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
@@ -66,7 +65,7 @@ func (h harness) Start(t *testing.T) sinktest.Instance {
 			Duplicates: 2 * time.Minute, MaxMsgSize: 16 << 10, Storage: jetstream.FileStorage,
 		})
 	}
-	c, err := nats.New(context.Background(), "queue", config.Nats{
+	c, err := nats.New(context.Background(), "queue", nats.Config{
 		URL: srv.URL, Stream: stream, Subject: subject, CreateStream: h.create, Timeout: 3 * time.Second,
 	}, testLogger(t))
 	if err != nil {

@@ -3,7 +3,7 @@
 //
 // # Messages
 //
-// The subject comes from the template in config.Nats (default
+// The subject comes from the template in Config.Subject (default
 // "outbox.{aggregate_type}.{event_type}"); see Subject for how placeholders
 // expand and are sanitized. The body is sink.Body(e), the same JSON as the
 // webhook consumer's. Headers: Nats-Msg-Id and Outbox-Event-Id (the event

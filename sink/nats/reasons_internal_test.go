@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 )
 
@@ -16,7 +15,7 @@ import (
 // (dashboard.ErrorClasses); last_error keeps the text.
 func TestReasonPatterns(t *testing.T) {
 	t.Parallel()
-	c := &Consumer{cfg: config.Nats{Stream: "events"}}
+	c := &Consumer{cfg: Config{Stream: "events"}}
 	for _, tc := range []struct {
 		name             string
 		err              error

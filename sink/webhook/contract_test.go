@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/sinktest"
@@ -43,7 +42,7 @@ func (harness) Start(t *testing.T) sinktest.Instance {
 	rc := &receiver{reject: map[int64]bool{}, seen: map[int64]bool{}, t: t}
 	srv := httptest.NewServer(http.HandlerFunc(rc.serve))
 	t.Cleanup(srv.Close)
-	c, err := webhook.New("hook", config.Webhook{URL: srv.URL, Secret: secret, Timeout: 5 * time.Second, Concurrency: 4}, nil, nil)
+	c, err := webhook.New("hook", webhook.Config{URL: srv.URL, Secret: secret, Timeout: 5 * time.Second, Concurrency: 4}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

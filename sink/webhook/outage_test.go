@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
@@ -72,7 +71,7 @@ func TestRefusedEndpointIsUnavailable(t *testing.T) {
 	srv.Close() // nothing listens any more
 	for _, conc := range []int{1, 4} {
 		var dials atomic.Int32
-		c, err := New("hook", config.Webhook{URL: url, Secret: testSecret, Timeout: 5 * time.Second, Concurrency: conc}, countingClient(&dials), nil)
+		c, err := New("hook", Config{URL: url, Secret: testSecret, Timeout: 5 * time.Second, Concurrency: conc}, countingClient(&dials), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +94,7 @@ func TestOverloadedEndpointIsUnavailable(t *testing.T) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(status)
 		})
-		c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = 1 })
+		c := newConsumer(t, rc.srv.URL, func(w *Config) { w.Concurrency = 1 })
 		evs := events(5, 3)
 		out := c.Deliver(t.Context(), evs)
 		checkOutage(t, evs, out, strconv.Itoa(status), 1)
@@ -129,7 +128,7 @@ func TestOne500AmongSuccesses(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = 1 })
+	c := newConsumer(t, rc.srv.URL, func(w *Config) { w.Concurrency = 1 })
 	out := c.Deliver(t.Context(), evs)
 	for i, o := range out {
 		want := delivery.OK
@@ -159,7 +158,7 @@ func TestTimeoutIsUnavailable(t *testing.T) {
 		<-release // never answers within the timeout
 	})
 	t.Cleanup(func() { close(release) }) // before the server's Close (cleanups run last-in first-out)
-	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Timeout = 300 * time.Millisecond; w.Concurrency = 1 })
+	c := newConsumer(t, rc.srv.URL, func(w *Config) { w.Timeout = 300 * time.Millisecond; w.Concurrency = 1 })
 	start := time.Now()
 	evs := events(5, 1)
 	out := c.Deliver(t.Context(), evs)
@@ -269,7 +268,7 @@ func TestTLSHandshakeFailureIsUnavailable(t *testing.T) {
 	var reached atomic.Int32
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
 	t.Cleanup(srv.Close)
-	c := newConsumer(t, srv.URL, func(w *config.Webhook) { w.Concurrency = 1 })
+	c := newConsumer(t, srv.URL, func(w *Config) { w.Concurrency = 1 })
 	evs := events(3, 1)
 	out := c.Deliver(t.Context(), evs)
 	checkOutage(t, evs, out, "certificate", 1)

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/compaction"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
@@ -132,7 +131,7 @@ func TestWebhookBehindTheRelay(t *testing.T) {
 		return http.StatusNoContent
 	})
 
-	hook, err := webhook.New("hook", config.Webhook{URL: url, Secret: relaySecret, Timeout: 2 * time.Second, Concurrency: 4}, nil, nil)
+	hook, err := webhook.New("hook", webhook.Config{URL: url, Secret: relaySecret, Timeout: 2 * time.Second, Concurrency: 4}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 )
@@ -58,7 +57,7 @@ func TestMutualTLSEndpoint(t *testing.T) {
 	srv := mtlsEndpoint(t, ca)
 	cert, key := ca.Client(t, "searchsync")
 
-	c := newConsumer(t, srv.URL, func(w *config.Webhook) {
+	c := newConsumer(t, srv.URL, func(w *Config) {
 		w.TLS = tlsconf.Config{CAFile: ca.CertFile, CertFile: cert, KeyFile: key}
 	})
 	for i, o := range c.Deliver(t.Context(), events(2, 2)) {
@@ -68,7 +67,7 @@ func TestMutualTLSEndpoint(t *testing.T) {
 	}
 
 	// server_name: the certificate names 127.0.0.1 only.
-	c = newConsumer(t, srv.URL, func(w *config.Webhook) {
+	c = newConsumer(t, srv.URL, func(w *Config) {
 		w.TLS = tlsconf.Config{CAFile: ca.CertFile, CertFile: cert, KeyFile: key, ServerName: "hooks.example.com"}
 	})
 	o := c.Deliver(t.Context(), events(1, 1))[0]
@@ -97,7 +96,7 @@ func TestMutualTLSFailuresNameTheSetting(t *testing.T) {
 		{"client certificate of another CA", tlsconf.Config{CAFile: ca.CertFile, CertFile: otherCert, KeyFile: otherKey},
 			"refused the client certificate in webhook.tls.cert_file"},
 	} {
-		c := newConsumer(t, srv.URL, func(w *config.Webhook) { w.TLS = tc.tls })
+		c := newConsumer(t, srv.URL, func(w *Config) { w.TLS = tc.tls })
 		o := c.Deliver(t.Context(), events(1, 1))[0]
 		// A handshake that fails is an outage of the endpoint (docs/outages.md):
 		// the consumer pauses, no event loses an attempt.
@@ -115,13 +114,13 @@ func TestMutualTLSFailuresNameTheSetting(t *testing.T) {
 		{tlsconf.Config{CertFile: cert}, "webhook.tls.key_file"},
 		{tlsconf.Config{CertFile: cert, KeyFile: otherKey}, "webhook.tls.cert_file"},
 	} {
-		_, err := New("hook", config.Webhook{URL: srv.URL, Secret: testSecret, TLS: tc.tls}, nil, nil)
+		_, err := New("hook", Config{URL: srv.URL, Secret: testSecret, TLS: tc.tls}, nil, nil)
 		var ce *ConfigError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New with %+v: %v, want a ConfigError naming %s", tc.tls, err, tc.want)
 		}
 	}
-	_, err := New("hook", config.Webhook{URL: "http://127.0.0.1:1/", Secret: testSecret, TLS: tlsconf.Config{CAFile: ca.CertFile}}, nil, nil)
+	_, err := New("hook", Config{URL: "http://127.0.0.1:1/", Secret: testSecret, TLS: tlsconf.Config{CAFile: ca.CertFile}}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "webhook.url is not https://") {
 		t.Errorf("tls with an http:// URL: %v", err)
 	}

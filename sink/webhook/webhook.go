@@ -78,7 +78,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/tlsconf"
 	"github.com/searchsync/searchsync/outbox"
@@ -105,7 +104,7 @@ const snippetLen = 256
 // Consumer posts events to one endpoint. It is safe for concurrent use.
 type Consumer struct {
 	name   string
-	cfg    config.Webhook
+	cfg    Config
 	key    []byte
 	client *http.Client
 	logger *slog.Logger
@@ -150,11 +149,11 @@ func shownURL(raw string) string {
 }
 
 // New returns the consumer name for the endpoint cfg. Zero fields of cfg take
-// the defaults of config.Webhook.WithDefaults (timeout 10s, concurrency 8).
+// the defaults of Config.WithDefaults (timeout 10s, concurrency 8).
 // client nil means a client of its own (no redirects followed, idle
 // connections for Concurrency requests); a given client is used as it is,
 // and the per-request timeout is applied through the request's context.
-func New(name string, cfg config.Webhook, client *http.Client, logger *slog.Logger) (*Consumer, error) {
+func New(name string, cfg Config, client *http.Client, logger *slog.Logger) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -19,7 +19,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/delivery"
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -80,12 +79,12 @@ func TestParseSecret(t *testing.T) {
 			t.Errorf("ParseSecret(%q) = %q, %v; want %q", tc.secret, key, err, tc.want)
 		}
 	}
-	_, err := New("hook", config.Webhook{URL: "http://127.0.0.1:1/", Secret: "whsec_!"}, nil, nil)
+	_, err := New("hook", Config{URL: "http://127.0.0.1:1/", Secret: "whsec_!"}, nil, nil)
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Key != "webhook.secret" {
 		t.Fatalf("New with a bad secret: %v, want a ConfigError on webhook.secret", err)
 	}
-	_, err = New("hook", config.Webhook{URL: "ftp://x", Secret: "s"}, nil, nil)
+	_, err = New("hook", Config{URL: "ftp://x", Secret: "s"}, nil, nil)
 	if !errors.As(err, &ce) || ce.Key != "webhook.url" {
 		t.Fatalf("New with a bad url: %v, want a ConfigError on webhook.url", err)
 	}
@@ -139,9 +138,9 @@ func (rc *receiver) requests() []request {
 	return append([]request(nil), rc.reqs...)
 }
 
-func newConsumer(t *testing.T, url string, mod func(*config.Webhook)) *Consumer {
+func newConsumer(t *testing.T, url string, mod func(*Config)) *Consumer {
 	t.Helper()
-	cfg := config.Webhook{URL: url, Secret: testSecret, Timeout: 5 * time.Second, Concurrency: 4}
+	cfg := Config{URL: url, Secret: testSecret, Timeout: 5 * time.Second, Concurrency: 4}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -186,7 +185,7 @@ func TestDeliverSignsEveryRequest(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusNoContent)
 		})
-		c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Secret = secret })
+		c := newConsumer(t, rc.srv.URL, func(w *Config) { w.Secret = secret })
 		evs := events(3, 2)
 		evs = append(evs, &outbox.Event{ID: 999, EventType: "system.ping", AggregateType: "SYSTEM", Payload: json.RawMessage(`{}`)})
 		for i, o := range c.Deliver(t.Context(), evs) {
@@ -326,7 +325,7 @@ func TestConcurrencyBound(t *testing.T) {
 		inflight.Add(-1)
 		w.WriteHeader(http.StatusOK)
 	})
-	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = limit })
+	c := newConsumer(t, rc.srv.URL, func(w *Config) { w.Concurrency = limit })
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
@@ -375,7 +374,7 @@ func TestOrderPerAggregate(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	c := newConsumer(t, rc.srv.URL, func(w *config.Webhook) { w.Concurrency = 4 })
+	c := newConsumer(t, rc.srv.URL, func(w *Config) { w.Concurrency = 4 })
 	out := c.Deliver(t.Context(), evs)
 
 	seen := map[uuid.UUID][]int64{}
