@@ -1,7 +1,9 @@
 // Package projections owns the translation of outbox events into search
 // documents: upcasting a payload to the newest schema_version, projecting it
 // into a document, an id, an external version and an operation (index,
-// delete, ignore), and merging partial payloads onto the current document.
+// delete, ignore), and folding a document's events onto its current state
+// (Fold: partial merge, the tenant field, soft-delete tombstones, stale
+// versions), the one fold the search consumer and the reindex replay share.
 //
 // # Projection files
 //
@@ -35,10 +37,10 @@
 // # Partial and full-state payloads
 //
 // A payload whose `before`/`after` hold only the changed fields is partial:
-// the Result has Partial set and its Doc holds only the mentioned fields; the
-// search consumer merges it onto the current document (as DeepMerge does,
-// copy-on-write through a Writable), so a field the event did not mention
-// never disappears. An explicit null in `after` sets the field to null.
+// the Result has Partial set and its Doc holds only the mentioned fields;
+// Fold merges it onto the current document (as DeepMerge does, copy-on-write
+// through a Writable), so a field the event did not mention never
+// disappears. An explicit null in `after` sets the field to null.
 // Events matching full_state_on carry the whole state in `after`: their
 // document replaces the current one.
 //

@@ -29,7 +29,9 @@
 //     path; the event heads are read during the copy).
 //  4. Replay: the retained events (dispatched, and pending ones no failed
 //     event blocks) in id order, through upcasters and projections, coalesced
-//     per document within a chunk, written with external versions. A write
+//     per document within a chunk by projections.Fold (the search
+//     consumer's fold, so replayed documents equal live ones), written with
+//     external versions. A write
 //     older than what the target holds is a 409, which is correct. Passes
 //     repeat up to the watermark (the max id when a pass starts) until a pass
 //     finds less than a chunk of new events.

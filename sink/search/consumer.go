@@ -10,10 +10,13 @@
 // until it can write again. A missing index names the commands that bring
 // it back. docs/outages.md has the whole table.
 //
-// The current state a partial event merges onto comes from one _mget per
-// index and batch, or from the state cache of the documents the consumer
-// wrote last when the batch's events continue their version (stateCache,
-// Config.StateCache).
+// The events of a document are folded onto its current state by
+// projections.Fold, the fold the reindex replay uses too. The current state
+// a partial event merges onto comes from one _mget per index and batch, or
+// from the state cache of the documents the consumer wrote last when the
+// batch's events continue their version (stateCache, Config.StateCache).
+// deliver.go projects a batch and finds the current states; write.go
+// folds, writes and settles the outcomes.
 //
 // Searchable measures commit → searchable of the consumer's writes: when a
 // refresh made them visible, from the indexes' refresh counts.
