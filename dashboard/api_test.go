@@ -18,6 +18,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/routing"
 )
 
 const testToken = "s3cret-operator-token"
@@ -31,8 +32,8 @@ func apiServer(t *testing.T, db *testenv.DB, public string) (*httptest.Server, *
 		t.Fatal(err)
 	}
 	consumers := []string{"search", "crm-hook"}
-	admin := outbox.NewAdmin(db.Schema).WithRouting(outbox.Routing{Consumers: consumers,
-		Routed: func(string, string, string) bool { return true }})
+	admin := outbox.NewAdmin(db.Schema).WithRouting(&routing.Table{Consumers: consumers,
+		Routes: []routing.Route{{Consumer: "search"}, {Consumer: "crm-hook"}}})
 	log := &testenv.LogBuffer{}
 	src := Source{Sampler: smp, Instance: "test", Logger: slog.New(slog.NewTextHandler(log, nil)),
 		Events: &Events{Admin: admin, DB: db.Pool, Token: secret.New(testToken)},

@@ -51,6 +51,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/routing"
 )
 
 // Causes of a blocked consumer.
@@ -272,7 +273,7 @@ type Reader struct {
 	pool      *pgxpool.Pool
 	q         queries
 	consumers []config.Consumer
-	routes    []config.Route
+	routing   *routing.Table
 	// MaxListed bounds the blocked heads and failures listed. Default 20.
 	MaxListed int
 	// PausedRefresh is how long a paused consumer's count of aggregates
@@ -290,7 +291,7 @@ type pausedCount struct {
 
 // NewReader returns a Reader; consumers and routes come from the configuration.
 func NewReader(pool *pgxpool.Pool, schema string, consumers []config.Consumer, routes []config.Route) *Reader {
-	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routes: routes, MaxListed: 20,
+	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routing: config.Routing(consumers, routes), MaxListed: 20,
 		PausedRefresh: 30 * time.Second, paused: map[string]pausedCount{}}
 }
 
@@ -595,23 +596,12 @@ func (r *Reader) pausedAggregates(ctx context.Context, tx pgx.Tx, s *Snapshot, r
 
 // routed reports whether any route sends this kind of event to the consumer.
 func (r *Reader) routed(consumer, eventType, aggregateType string) bool {
-	for _, rt := range r.routes {
-		if rt.Consumer == consumer && rt.Matches(eventType, aggregateType) {
-			return true
-		}
-	}
-	return false
+	return r.routing.Routed(consumer, eventType, aggregateType)
 }
 
 // ConsumersOf lists the names of the consumers an event type goes to.
 func (r *Reader) ConsumersOf(eventType, aggregateType string) []string {
-	var out []string
-	for _, c := range r.consumers {
-		if r.routed(c.Name, eventType, aggregateType) {
-			out = append(out, c.Name)
-		}
-	}
-	return out
+	return r.routing.To(eventType, aggregateType)
 }
 
 // maxError is how many characters of a last_error or pause reason a

@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/searchsync/searchsync/routing"
 )
 
 // Operator actions on the outbox (`searchsync outbox …`, and the console's
@@ -420,7 +422,7 @@ func newAdminQueries(schema string) adminQueries {
 type Admin struct {
 	schema  string
 	q       adminQueries
-	routing *Routing
+	routing *routing.Table
 	indexes []Index
 }
 
@@ -430,36 +432,13 @@ func NewAdmin(schema string) *Admin {
 	return &Admin{schema: schema, q: newAdminQueries(schema)}
 }
 
-// Routing is what the operator actions know of the configuration: the
-// consumers and which events go to each. The outbox package does not read the
-// configuration; the caller builds Routing from it (cmd/searchsync from
-// config.Route.Matches).
-type Routing struct {
-	// Consumers are the configured consumer names.
-	Consumers []string
-	// Routed reports whether events of this type and aggregate type go to
-	// the consumer.
-	Routed func(consumer, eventType, aggregateType string) bool
-}
-
-// routedTo lists the consumers an event of this kind goes to, in the order of
-// Consumers.
-func (r *Routing) routedTo(eventType, aggregateType string) []string {
-	var out []string
-	for _, c := range r.Consumers {
-		if r.Routed(c, eventType, aggregateType) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // WithRouting returns a copy of a that knows the consumers and routes: what
-// Filter.Consumer and the per-consumer status need.
-func (a *Admin) WithRouting(r Routing) *Admin {
+// Filter.Consumer and the per-consumer views need. The outbox package does
+// not read the configuration; the caller gives the routing table built from
+// it.
+func (a *Admin) WithRouting(t *routing.Table) *Admin {
 	c := *a
-	r.Consumers = slices.Clone(r.Consumers)
-	c.routing = &r
+	c.routing = t
 	return &c
 }
 

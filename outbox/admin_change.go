@@ -549,7 +549,7 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 				continue
 			}
 			var others []string
-			for _, c := range a.routing.routedTo(e.EventType, e.AggregateType) {
+			for _, c := range a.routing.To(e.EventType, e.AggregateType) {
 				if c != consumer {
 					others = append(others, c)
 				}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/routing"
 )
 
 // consumerFixture routes entity.customer.* to search and webhook, role.* to
@@ -35,15 +35,9 @@ type consumerFixture struct {
 	admin *outbox.Admin
 }
 
-var testRouting = outbox.Routing{
+var testRouting = &routing.Table{
 	Consumers: []string{"search", "webhook"},
-	Routed: func(consumer, eventType, _ string) bool {
-		if consumer == "search" {
-			ok, _ := path.Match("entity.customer.*", eventType)
-			return ok
-		}
-		return consumer == "webhook"
-	},
+	Routes:    []routing.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "webhook"}},
 }
 
 func newConsumerFixture(t *testing.T) *consumerFixture {

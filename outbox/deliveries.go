@@ -66,7 +66,7 @@ func (a *Admin) Deliveries(l Listed) []Delivery {
 		return slices.Clone(l.Deliveries)
 	}
 	out := []Delivery{}
-	for _, c := range a.routing.routedTo(l.EventType, l.AggregateType) {
+	for _, c := range a.routing.To(l.EventType, l.AggregateType) {
 		if d := l.Delivery(c); d != nil && !d.Shared {
 			out = append(out, *d)
 			continue

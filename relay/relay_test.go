@@ -25,7 +25,7 @@ func TestDeliversInOrderRoutesAndSkips(t *testing.T) {
 	rc := newReceiver(t)
 	cfg := fast()
 	route := config.Route{Consumer: "hook", EventTypes: []string{"entity.customer.*"}}
-	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL), Match: route.Matches}}
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL), Match: route.Rule().Matches}}
 	r, _ := start(t, db, cfg)
 
 	aggs := make([]uuid.UUID, 10)
@@ -467,7 +467,7 @@ func TestPanickingConsumerIsARetry(t *testing.T) {
 	rc := newReceiver(t)
 	cfg := fast()
 	route := config.Route{Consumer: "panicky", EventTypes: []string{"entity.broken.*"}}
-	cfg.Routes = []relay.Route{{Consumer: panicky{}, Match: route.Matches}, {Consumer: newHook("hook", rc.URL)}}
+	cfg.Routes = []relay.Route{{Consumer: panicky{}, Match: route.Rule().Matches}, {Consumer: newHook("hook", rc.URL)}}
 	start(t, db, cfg)
 	a, b := uuid.New(), uuid.New()
 	bad := write(t, db, event(&a, "entity.broken.updated", "DDM_ENTITY", 1))[0]

@@ -93,7 +93,7 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	if _, err := smp.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
-	events := &dashboard.Events{Admin: outbox.NewAdmin(db.Schema).WithRouting(routing(cfg)).WithIndexes(ix), DB: db.Pool, Token: secret.New(token)}
+	events := &dashboard.Events{Admin: outbox.NewAdmin(db.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: db.Pool, Token: secret.New(token)}
 	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", Events: events}))
 	t.Cleanup(srv.Close)
 

@@ -89,7 +89,7 @@ func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool, logger *slo
 	if err != nil {
 		return err
 	}
-	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(routing(cfg)).WithIndexes(ix), DB: pool, Token: tok}
+	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: pool, Token: tok}
 	if cfg.HTTP.Pprof {
 		o.pprof = profiling(tok, logger)
 	}

@@ -404,7 +404,7 @@ func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Adm
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	admin := outbox.NewAdmin(e.cfg.Database.Schema).WithRouting(routing(e.cfg))
+	admin := outbox.NewAdmin(e.cfg.Database.Schema).WithRouting(e.cfg.Routing())
 	if indexes {
 		ix, err := outboxIndexes(e.cfg)
 		if err != nil {
@@ -468,23 +468,6 @@ func outboxIndexes(cfg *config.Config) ([]outbox.Index, error) {
 		}
 	}
 	return out, nil
-}
-
-// routing is the configuration's consumers and routes as the outbox admin
-// takes them.
-func routing(cfg *config.Config) outbox.Routing {
-	r := outbox.Routing{Routed: func(consumer, eventType, aggregateType string) bool {
-		for _, rt := range cfg.Routes {
-			if rt.Consumer == consumer && rt.Matches(eventType, aggregateType) {
-				return true
-			}
-		}
-		return false
-	}}
-	for _, c := range cfg.Consumers {
-		r.Consumers = append(r.Consumers, c.Name)
-	}
-	return r
 }
 
 // timeFlag is a point in time given as RFC 3339, a date, or an age before now.

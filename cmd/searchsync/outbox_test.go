@@ -413,6 +413,16 @@ routes:
 	testenv.Eventually(t, 60*time.Second, func() bool { return n.Load() > 400 }, "the load never reached the webhooks")
 	stop()
 	stopRelay(t, relayCmd)
+	// Hold the state still: what backs off would become due between the
+	// two reads.
+	for _, q := range []string{
+		`UPDATE aa_outbox_event SET available_at = now() + interval '1 hour' WHERE status = 'pending' AND available_at > now() AND available_at < '9999-01-01'`,
+		`UPDATE aa_outbox_delivery SET available_at = now() + interval '1 hour' WHERE state = 'pending' AND available_at > now() AND available_at < '9999-01-01'`,
+	} {
+		if _, err := db.Pool.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	env := []string{"DATABASE_URL="}
 	out, stderr, code := runCLI(t, env, "-c", cfg, "outbox", "status", "--json", "--blocked", "500")

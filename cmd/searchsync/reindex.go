@@ -150,22 +150,12 @@ func reindexDef(cfg *config.Config, alias string) (*mapping.Def, string, error) 
 // matches) when no search consumer names the alias.
 func searchRoutes(cfg *config.Config, alias string) func(eventType, aggregateType string) bool {
 	names := searchConsumers(cfg, alias)
-	var routes []config.Route
-	for _, r := range cfg.Routes {
-		if slices.Contains(names, r.Consumer) {
-			routes = append(routes, r)
-		}
-	}
 	if len(names) == 0 {
 		return nil
 	}
+	table := cfg.Routing()
 	return func(et, at string) bool {
-		for _, r := range routes {
-			if r.Matches(et, at) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(names, func(n string) bool { return table.Routed(n, et, at) })
 	}
 }
 

@@ -294,7 +294,7 @@ func relayConfig(c *config.Config, consumers map[string]sink.Consumer, logger *s
 			errs = append(errs, fmt.Errorf("relay: routes[%d]: unknown consumer %q", i, r.Consumer))
 			continue
 		}
-		rc.Routes = append(rc.Routes, relay.Route{Consumer: cons, Match: r.Matches})
+		rc.Routes = append(rc.Routes, relay.Route{Consumer: cons, Match: r.Rule().Matches})
 	}
 	return rc, errors.Join(errs...)
 }

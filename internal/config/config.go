@@ -35,6 +35,7 @@ import (
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/secret"
+	"github.com/searchsync/searchsync/routing"
 	"github.com/searchsync/searchsync/sink/nats"
 	"github.com/searchsync/searchsync/sink/webhook"
 )
@@ -603,22 +604,27 @@ func (c *Config) validate(v *validator) {
 	c.validateIndexes(v)
 }
 
-// Matches reports whether the route wants an event of this type and aggregate.
-func (r Route) Matches(eventType, aggregateType string) bool {
-	return matchAny(r.EventTypes, eventType) && matchAny(r.AggregateTypes, aggregateType)
+// Rule is the route as package routing takes it.
+func (r Route) Rule() routing.Route {
+	return routing.Route{Consumer: r.Consumer, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes}
 }
 
-func matchAny(patterns []string, s string) bool {
-	if len(patterns) == 0 {
-		return true
+// Routing is the routing table of consumers and routes: the one place the
+// relay, the operator admin, the lag read model and the commands ask which
+// events go to which consumer.
+func Routing(consumers []Consumer, routes []Route) *routing.Table {
+	t := &routing.Table{}
+	for _, c := range consumers {
+		t.Consumers = append(t.Consumers, c.Name)
 	}
-	for _, p := range patterns {
-		if ok, _ := path.Match(p, s); ok {
-			return true
-		}
+	for _, r := range routes {
+		t.Routes = append(t.Routes, r.Rule())
 	}
-	return false
+	return t
 }
+
+// Routing is the configuration's routing table.
+func (c *Config) Routing() *routing.Table { return Routing(c.Consumers, c.Routes) }
 
 // Error is one invalid value.
 type Error struct {

@@ -42,7 +42,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		r.Backoff.Jitter != 0.2 || c.Compaction.Interval != time.Hour || c.Compaction.BatchSize != 1000 {
 		t.Fatalf("package defaults not applied: %+v %+v", c.Relay, c.Compaction)
 	}
-	if !c.Routes[0].Matches("entity.customer.updated", "DDM_ENTITY") || c.Routes[0].Matches("entity.order.updated", "DDM_ENTITY") {
+	if r := c.Routes[0].Rule(); !r.Matches("entity.customer.updated", "DDM_ENTITY") || r.Matches("entity.order.updated", "DDM_ENTITY") {
 		t.Fatal("route matching")
 	}
 }

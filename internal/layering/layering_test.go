@@ -26,7 +26,7 @@ type rule struct {
 // lower are the packages everything else is built on: the outbox's data
 // model and the events → documents projection, and the engine layer.
 var lower = []string{
-	"outbox", "delivery", "migrations", "projections", "indexer", "mapping",
+	"outbox", "delivery", "routing", "migrations", "projections", "indexer", "mapping",
 	"internal/secret", "internal/tlsconf", "internal/logging",
 }
 
