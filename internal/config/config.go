@@ -477,6 +477,25 @@ func (c *Config) validate(v *validator) {
 		v.add("database.max_conns", "must be at least 2")
 	}
 	c.validatePackages(v) // relay and compaction: their packages own the checks
+	c.validateHTTP(v)
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add("log.level", fmt.Sprintf("%q is not one of debug, info, warn, error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "auto", "text", "json":
+	default:
+		v.add("log.format", fmt.Sprintf("%q is not one of auto, text, json", c.Log.Format))
+	}
+	c.validateEngine(v)
+	names := c.validateConsumers(v)
+	c.validateRoutes(v, names)
+	c.validateIndexes(v)
+}
+
+// validateHTTP checks the http section.
+func (c *Config) validateHTTP(v *validator) {
 	if _, _, err := splitHostPort(c.HTTP.Listen); err != nil {
 		v.add("http.listen", err.Error())
 	}
@@ -496,17 +515,10 @@ func (c *Config) validate(v *validator) {
 	if c.HTTP.Pprof && c.HTTP.OperatorToken == "" {
 		v.add("http.pprof", "needs http.operator_token: the profiles are served only to requests that carry it")
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		v.add("log.level", fmt.Sprintf("%q is not one of debug, info, warn, error", c.Log.Level))
-	}
-	switch c.Log.Format {
-	case "auto", "text", "json":
-	default:
-		v.add("log.format", fmt.Sprintf("%q is not one of auto, text, json", c.Log.Format))
-	}
-	c.validateEngine(v)
+}
+
+// validateConsumers checks the consumers and returns their names.
+func (c *Config) validateConsumers(v *validator) map[string]bool {
 	names := map[string]bool{}
 	for i, cons := range c.Consumers {
 		key := fmt.Sprintf("consumers[%d]", i)
@@ -519,55 +531,9 @@ func (c *Config) validate(v *validator) {
 		names[cons.Name] = true
 		switch cons.Type {
 		case "webhook":
-			if cons.Webhook == nil {
-				v.add(key+".webhook", "is required for type webhook")
-				continue
-			}
-			v.httpURL(key+".webhook.url", cons.Webhook.URL)
-			if cons.Webhook.Secret == "" {
-				v.add(key+".webhook.secret", "is required")
-			} else if !c.reads(SecretsConsumers) {
-				c.checkSecret(v, SecretsConsumers, key+".webhook.secret", secret.Ref(cons.Webhook.Secret))
-			} else if val, err := secret.Ref(cons.Webhook.Secret).Resolve(key + ".webhook.secret"); err != nil {
-				v.add(key+".webhook.secret", reasonOf(err))
-			} else if enc, ok := strings.CutPrefix(val.Reveal(), "whsec_"); ok {
-				if _, err := base64.StdEncoding.DecodeString(enc); err != nil || enc == "" {
-					v.add(key+".webhook.secret", "a whsec_ secret must be base64 after the prefix (Standard Webhooks)")
-				}
-			}
-			v.positiveDur(key+".webhook.timeout", cons.Webhook.Timeout)
-			v.positive(key+".webhook.concurrency", cons.Webhook.Concurrency)
-			if !cons.Webhook.TLS.IsZero() {
-				v.tls(key+".webhook.tls", cons.Webhook.TLS)
-				if !strings.HasPrefix(cons.Webhook.URL, "https://") {
-					v.add(key+".webhook.tls", "is set, but webhook.url is not https://")
-				}
-			}
+			c.validateWebhook(v, key, cons)
 		case "nats":
-			if cons.Nats == nil {
-				v.add(key+".nats", "is required for type nats")
-				continue
-			}
-			if cons.Nats.Stream == "" {
-				v.add(key+".nats.stream", "is required")
-			}
-			if !strings.HasPrefix(cons.Nats.URL, "nats://") && !strings.HasPrefix(cons.Nats.URL, "tls://") {
-				v.add(key+".nats.url", "must be a nats:// or tls:// URL")
-			}
-			v.positiveDur(key+".nats.timeout", cons.Nats.Timeout)
-			v.positive(key+".nats.max_in_flight", cons.Nats.MaxInFlight)
-			switch n := cons.Nats; {
-			case n.DuplicateWindow < 2*c.Relay.LeaseTTL:
-				v.add(key+".nats.duplicate_window", fmt.Sprintf("%s is shorter than 2 × relay.lease_ttl (%s): a redelivery after a relay crash would not be de-duplicated", n.DuplicateWindow, 2*c.Relay.LeaseTTL))
-			case n.MaxAge > 0 && n.MaxAge < n.DuplicateWindow:
-				v.add(key+".nats.max_age", fmt.Sprintf("%s is shorter than nats.duplicate_window (%s)", n.MaxAge, n.DuplicateWindow))
-			}
-			switch cons.Nats.Retention {
-			case "limits", "interest", "workqueue":
-			default:
-				v.add(key+".nats.retention", fmt.Sprintf("%q is not one of limits, interest, workqueue", cons.Nats.Retention))
-			}
-			v.natsAuth(c, key+".nats", *cons.Nats)
+			c.validateNats(v, key, cons)
 		case "search":
 			if cons.Search == nil || len(cons.Search.Indexes) == 0 {
 				v.add(key+".search.indexes", "names at least one index")
@@ -578,6 +544,67 @@ func (c *Config) validate(v *validator) {
 			v.add(key+".type", fmt.Sprintf("%q is not one of webhook, nats, search", cons.Type))
 		}
 	}
+	return names
+}
+
+// validateWebhook checks a webhook consumer (key is consumers[i]).
+func (c *Config) validateWebhook(v *validator, key string, cons Consumer) {
+	if cons.Webhook == nil {
+		v.add(key+".webhook", "is required for type webhook")
+		return
+	}
+	v.httpURL(key+".webhook.url", cons.Webhook.URL)
+	if cons.Webhook.Secret == "" {
+		v.add(key+".webhook.secret", "is required")
+	} else if !c.reads(SecretsConsumers) {
+		c.checkSecret(v, SecretsConsumers, key+".webhook.secret", secret.Ref(cons.Webhook.Secret))
+	} else if val, err := secret.Ref(cons.Webhook.Secret).Resolve(key + ".webhook.secret"); err != nil {
+		v.add(key+".webhook.secret", reasonOf(err))
+	} else if enc, ok := strings.CutPrefix(val.Reveal(), "whsec_"); ok {
+		if _, err := base64.StdEncoding.DecodeString(enc); err != nil || enc == "" {
+			v.add(key+".webhook.secret", "a whsec_ secret must be base64 after the prefix (Standard Webhooks)")
+		}
+	}
+	v.positiveDur(key+".webhook.timeout", cons.Webhook.Timeout)
+	v.positive(key+".webhook.concurrency", cons.Webhook.Concurrency)
+	if !cons.Webhook.TLS.IsZero() {
+		v.tls(key+".webhook.tls", cons.Webhook.TLS)
+		if !strings.HasPrefix(cons.Webhook.URL, "https://") {
+			v.add(key+".webhook.tls", "is set, but webhook.url is not https://")
+		}
+	}
+}
+
+// validateNats checks a NATS consumer (key is consumers[i]).
+func (c *Config) validateNats(v *validator, key string, cons Consumer) {
+	if cons.Nats == nil {
+		v.add(key+".nats", "is required for type nats")
+		return
+	}
+	if cons.Nats.Stream == "" {
+		v.add(key+".nats.stream", "is required")
+	}
+	if !strings.HasPrefix(cons.Nats.URL, "nats://") && !strings.HasPrefix(cons.Nats.URL, "tls://") {
+		v.add(key+".nats.url", "must be a nats:// or tls:// URL")
+	}
+	v.positiveDur(key+".nats.timeout", cons.Nats.Timeout)
+	v.positive(key+".nats.max_in_flight", cons.Nats.MaxInFlight)
+	switch n := cons.Nats; {
+	case n.DuplicateWindow < 2*c.Relay.LeaseTTL:
+		v.add(key+".nats.duplicate_window", fmt.Sprintf("%s is shorter than 2 × relay.lease_ttl (%s): a redelivery after a relay crash would not be de-duplicated", n.DuplicateWindow, 2*c.Relay.LeaseTTL))
+	case n.MaxAge > 0 && n.MaxAge < n.DuplicateWindow:
+		v.add(key+".nats.max_age", fmt.Sprintf("%s is shorter than nats.duplicate_window (%s)", n.MaxAge, n.DuplicateWindow))
+	}
+	switch cons.Nats.Retention {
+	case "limits", "interest", "workqueue":
+	default:
+		v.add(key+".nats.retention", fmt.Sprintf("%q is not one of limits, interest, workqueue", cons.Nats.Retention))
+	}
+	v.natsAuth(c, key+".nats", *cons.Nats)
+}
+
+// validateRoutes checks the routes against the consumers' names.
+func (c *Config) validateRoutes(v *validator, names map[string]bool) {
 	for i, r := range c.Routes {
 		key := fmt.Sprintf("routes[%d]", i)
 		if r.Consumer == "" {
@@ -601,7 +628,6 @@ func (c *Config) validate(v *validator) {
 			}
 		}
 	}
-	c.validateIndexes(v)
 }
 
 // Rule is the route as package routing takes it.
