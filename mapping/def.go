@@ -231,17 +231,12 @@ func Load(dir string) (Defs, error) {
 	if dir == "" {
 		return defs, nil
 	}
-	entries, err := os.ReadDir(dir)
+	files, err := DefinitionFiles(dir)
 	if err != nil {
 		return nil, fmt.Errorf("index definitions: %w", err)
 	}
 	seen := map[string]string{}
-	for _, e := range entries {
-		ext := strings.ToLower(filepath.Ext(e.Name()))
-		if e.IsDir() || (ext != ".json" && ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
+	for _, p := range files {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("index definitions: %w", err)
@@ -257,6 +252,23 @@ func Load(dir string) (Defs, error) {
 		defs[d.Alias] = d
 	}
 	return defs, nil
+}
+
+// DefinitionFiles lists the index definition files of dir (.json, .yaml,
+// .yml, not in subdirectories), by name: what Load reads.
+func DefinitionFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		ext := strings.ToLower(filepath.Ext(e.Name()))
+		if !e.IsDir() && (ext == ".json" || ext == ".yaml" || ext == ".yml") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
 }
 
 // mappingsAsCreated returns the mappings with the tombstone field added in

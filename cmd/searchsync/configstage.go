@@ -106,18 +106,13 @@ func stageDefs(c *config.Config, r *config.Report) (mapping.Defs, map[string]boo
 		return defs, nil
 	}
 	dir := c.Path(c.Indexes.Definitions)
-	entries, err := os.ReadDir(dir)
+	files, err := mapping.DefinitionFiles(dir)
 	if err != nil {
 		r.Add("indexes.definitions", err.Error())
 		return nil, nil
 	}
 	unsure, seen := map[string]bool{}, map[string]string{}
-	for _, e := range entries {
-		ext := strings.ToLower(filepath.Ext(e.Name()))
-		if e.IsDir() || (ext != ".json" && ext != ".yaml" && ext != ".yml") {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
+	for _, p := range files {
 		data, err := os.ReadFile(p)
 		if err == nil {
 			var d *mapping.Def
@@ -132,7 +127,8 @@ func stageDefs(c *config.Config, r *config.Report) (mapping.Defs, map[string]boo
 		}
 		line, key, reason := defProblem(p, data, err)
 		r.AddIn(p, line, key, reason)
-		unsure[strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))] = true
+		name := filepath.Base(p)
+		unsure[strings.TrimSuffix(name, filepath.Ext(name))] = true
 	}
 	return defs, unsure
 }
