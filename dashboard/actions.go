@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // ActionsRequest is the JSON body of POST /api/actions: one action on ids,
@@ -56,7 +57,7 @@ type ActionFilter struct {
 // `searchsync outbox retry --json` prints it) with its events cut to the
 // first maxAnswerEvents, without payloads.
 type ActionsAnswer struct {
-	*outbox.Change
+	*outboxadmin.Change
 	// IDs are the ids of the first maxAnswerIDs events changed (in a dry
 	// run: that would be).
 	IDs []int64 `json:"ids"`
@@ -88,7 +89,7 @@ func (src Source) actions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ch, ok := src.change(w, r, req.Action, what, f, outbox.ChangeOptions{By: by, Note: req.Note, All: req.All, DryRun: req.DryRun})
+	ch, ok := src.change(w, r, req.Action, what, f, outboxadmin.ChangeOptions{By: by, Note: req.Note, All: req.All, DryRun: req.DryRun})
 	if !ok {
 		return
 	}
@@ -110,10 +111,10 @@ func (src Source) actions(w http.ResponseWriter, r *http.Request) {
 
 // filter checks the request and turns it into the outbox selection; what
 // describes it for the log and errors.
-func (req *ActionsRequest) filter() (outbox.Filter, string, error) {
-	var f outbox.Filter
-	if !slices.Contains(outbox.Actions, req.Action) {
-		return f, "", fmt.Errorf("action %q: want %s", req.Action, strings.Join(outbox.Actions, ", "))
+func (req *ActionsRequest) filter() (outboxadmin.Filter, string, error) {
+	var f outboxadmin.Filter
+	if !slices.Contains(outboxadmin.Actions, req.Action) {
+		return f, "", fmt.Errorf("action %q: want %s", req.Action, strings.Join(outboxadmin.Actions, ", "))
 	}
 	var given []string
 	if len(req.IDs) > 0 {

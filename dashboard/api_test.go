@@ -17,7 +17,7 @@ import (
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
-	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/routing"
 )
 
@@ -32,7 +32,7 @@ func apiServer(t *testing.T, db *testenv.DB, public string) (*httptest.Server, *
 		t.Fatal(err)
 	}
 	consumers := []string{"search", "crm-hook"}
-	admin := outbox.NewAdmin(db.Schema).WithRouting(&routing.Table{Consumers: consumers,
+	admin := outboxadmin.New(db.Schema).WithRouting(&routing.Table{Consumers: consumers,
 		Routes: []routing.Route{{Consumer: "search"}, {Consumer: "crm-hook"}}})
 	log := &testenv.LogBuffer{}
 	src := Source{Sampler: smp, Instance: "test", Logger: slog.New(slog.NewTextHandler(log, nil)),
@@ -184,7 +184,7 @@ func TestEventsAnyStatusAndTheStateVerdict(t *testing.T) {
 	}
 	_, body := do(t, "GET", srv.URL+"/api/events/"+strconv.FormatInt(ids[0], 10), nil, "")
 	var d EventDetail
-	if err := json.Unmarshal([]byte(body), &d); err != nil || len(d.Consumers) != 2 || d.Consumers[0].State != outbox.DeliveryDone || d.Consumers[0].DeliveredAt == nil {
+	if err := json.Unmarshal([]byte(body), &d); err != nil || len(d.Consumers) != 2 || d.Consumers[0].State != outboxadmin.DeliveryDone || d.Consumers[0].DeliveredAt == nil {
 		t.Errorf("a dispatched event's deliveries: %+v (%v)", d.Consumers, err)
 	}
 

@@ -8,7 +8,7 @@
 // charts of the history that History keeps in PostgreSQL
 // (aa_console_sample, written by one relay at a time); event pages; and,
 // when an operator token is configured, retry, ack and skip of one event, one
-// aggregate or a filter through outbox.Admin, the CLI's code.
+// aggregate or a filter through outboxadmin.Admin, the CLI's code.
 package dashboard
 
 import (

@@ -20,6 +20,7 @@ import (
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // Operator actions (docs/console.md, "Actions"): the token travels in
@@ -32,27 +33,27 @@ const (
 // Events is what the event pages and the actions need: the outbox's operator
 // code (the CLI's: `searchsync outbox list|retry|ack|skip`) and a pool.
 type Events struct {
-	Admin *outbox.Admin
-	DB    outbox.DB
+	Admin *outboxadmin.Admin
+	DB    outboxadmin.DB
 	// Token enables the actions; zero: the console is read-only.
 	Token secret.Value
 }
 
 // EventsPage is the JSON of GET /api/events.
 type EventsPage struct {
-	Events []outbox.Listed `json:"events"`
+	Events []outboxadmin.Listed `json:"events"`
 	// NextAfterID is the after_id of the next page, 0 on the last one.
 	NextAfterID int64 `json:"next_after_id"`
 }
 
 // EventDetail is the JSON of GET /api/events/{id}.
 type EventDetail struct {
-	Event *outbox.Listed `json:"event"`
+	Event *outboxadmin.Listed `json:"event"`
 	// Waiting are the pending events of its aggregate after it (at most 20).
-	Waiting []outbox.Listed `json:"waiting"`
+	Waiting []outboxadmin.Listed `json:"waiting"`
 	// Consumers is every routed consumer's state of it: its delivery row,
-	// or the outbox row's state shared by all (outbox.Admin.Deliveries).
-	Consumers []outbox.Delivery `json:"consumers"`
+	// or the outbox row's state shared by all (outboxadmin.Admin.Deliveries).
+	Consumers []outboxadmin.Delivery `json:"consumers"`
 }
 
 // BlockedPage is the JSON of GET /api/blocked.
@@ -115,7 +116,7 @@ func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		after, err = queryInt(q, "after_id", 0)
 	}
-	f := outbox.Filter{Consumer: q.Get("consumer"), EventType: q.Get("event_type"), AggregateType: q.Get("aggregate_type"),
+	f := outboxadmin.Filter{Consumer: q.Get("consumer"), EventType: q.Get("event_type"), AggregateType: q.Get("aggregate_type"),
 		Index: q.Get("index"), Error: q.Get("error"), AfterID: int64(after), Limit: limit + 1}
 	if err == nil {
 		err = checkError("error", f.Error)
@@ -165,7 +166,7 @@ func (src Source) listEvents(w http.ResponseWriter, r *http.Request) {
 		page.Events[i].Payload = nil // one event's page shows it
 	}
 	if page.Events == nil {
-		page.Events = []outbox.Listed{}
+		page.Events = []outboxadmin.Listed{}
 	}
 	writeJSON(w, http.StatusOK, page)
 }
@@ -182,7 +183,7 @@ func (src Source) getEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	evs, err := src.Events.Admin.List(ctx, src.Events.DB, outbox.Filter{IDs: []int64{id}, Limit: 1})
+	evs, err := src.Events.Admin.List(ctx, src.Events.DB, outboxadmin.Filter{IDs: []int64{id}, Limit: 1})
 	if err != nil {
 		src.fail(w, "read an event", err)
 		return
@@ -191,9 +192,9 @@ func (src Source) getEvent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("event %d is not in the outbox (delivered and compacted, acknowledged, or never written)", id))
 		return
 	}
-	d := EventDetail{Event: &evs[0], Waiting: []outbox.Listed{}, Consumers: src.Events.Admin.Deliveries(evs[0])}
+	d := EventDetail{Event: &evs[0], Waiting: []outboxadmin.Listed{}, Consumers: src.Events.Admin.Deliveries(evs[0])}
 	if e := evs[0]; e.AggregateID != nil {
-		waiting, err := src.Events.Admin.List(ctx, src.Events.DB, outbox.Filter{AggregateType: globEscape(e.AggregateType), AggregateID: e.AggregateID,
+		waiting, err := src.Events.Admin.List(ctx, src.Events.DB, outboxadmin.Filter{AggregateType: globEscape(e.AggregateType), AggregateID: e.AggregateID,
 			Statuses: []outbox.Status{outbox.StatusPending}, AfterID: e.ID, Limit: 20})
 		if err != nil {
 			src.fail(w, "read an aggregate's events", err)
@@ -223,7 +224,7 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		offset, err = queryInt(q, "offset", 0)
 	}
-	f := outbox.Filter{Consumer: q.Get("consumer"), Index: q.Get("index"), Error: q.Get("error")}
+	f := outboxadmin.Filter{Consumer: q.Get("consumer"), Index: q.Get("index"), Error: q.Get("error")}
 	if err == nil {
 		err = checkError("error", f.Error)
 	}
@@ -250,10 +251,10 @@ func (src Source) listBlocked(w http.ResponseWriter, r *http.Request) {
 			if ok, _ := path.Match(etype, b.EventType); etype != "" && !ok {
 				continue
 			}
-			if f.Kinds != nil && !slices.ContainsFunc(f.Kinds, func(k outbox.Kind) bool { return k.Matches(b.EventType, b.AggregateType) }) {
+			if f.Kinds != nil && !slices.ContainsFunc(f.Kinds, func(k outboxadmin.Kind) bool { return k.Matches(b.EventType, b.AggregateType) }) {
 				continue
 			}
-			if !outbox.MatchError(f.Error, b.LastError) {
+			if !outboxadmin.MatchError(f.Error, b.LastError) {
 				continue
 			}
 			all = append(all, b)
@@ -281,7 +282,7 @@ type ActionRequest struct {
 }
 
 // act runs a retry, ack or skip of one event through the CLI's code path
-// (outbox.Admin.Act, recorded in aa_job), after refusing cross-site
+// (outboxadmin.Admin.Act, recorded in aa_job), after refusing cross-site
 // requests and requests without the operator token.
 func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
 	by, ok := src.operator(w, r)
@@ -303,8 +304,8 @@ func (src Source) act(w http.ResponseWriter, r *http.Request, action string) {
 			return
 		}
 	}
-	ch, ok := src.change(w, r, action, "event "+strconv.FormatInt(id, 10), outbox.Filter{IDs: []int64{id}, Consumer: req.Consumer},
-		outbox.ChangeOptions{By: by, Note: req.Note})
+	ch, ok := src.change(w, r, action, "event "+strconv.FormatInt(id, 10), outboxadmin.Filter{IDs: []int64{id}, Consumer: req.Consumer},
+		outboxadmin.ChangeOptions{By: by, Note: req.Note})
 	if ok {
 		writeJSON(w, http.StatusOK, ch)
 	}
@@ -358,9 +359,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bo
 	return true
 }
 
-// change runs the action through outbox.Admin.Act and logs it; it answers
+// change runs the action through outboxadmin.Admin.Act and logs it; it answers
 // the request when it fails.
-func (src Source) change(w http.ResponseWriter, r *http.Request, action, what string, f outbox.Filter, opts outbox.ChangeOptions) (*outbox.Change, bool) {
+func (src Source) change(w http.ResponseWriter, r *http.Request, action, what string, f outboxadmin.Filter, opts outboxadmin.ChangeOptions) (*outboxadmin.Change, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	ch, err := src.Events.Admin.Act(ctx, src.Events.DB, action, f, opts)
@@ -416,12 +417,12 @@ func (src Source) crossSite(r *http.Request) string {
 
 func (src Source) fail(w http.ResponseWriter, what string, err error) {
 	var (
-		uc      *outbox.UnknownConsumerError
-		ui      *outbox.UnknownIndexError
-		refused *outbox.RefusedError
+		uc      *outboxadmin.UnknownConsumerError
+		ui      *outboxadmin.UnknownIndexError
+		refused *outboxadmin.RefusedError
 	)
 	switch {
-	case errors.As(err, &uc) || errors.As(err, &ui) || errors.Is(err, outbox.ErrNoSelection):
+	case errors.As(err, &uc) || errors.As(err, &ui) || errors.Is(err, outboxadmin.ErrNoSelection):
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	case errors.As(err, &refused):

@@ -1,6 +1,9 @@
-// Package outbox owns the outbox table (mdm.aa_outbox_event): the event type,
-// the producer API that writes events inside the caller's transaction, and the
-// SQL every other part of searchsync uses to read and update rows.
+// Package outbox is what a producer imports: the event type of the outbox
+// table (mdm.aa_outbox_event) and its statuses, the Writer that writes events
+// inside the caller's transaction, and the few schema-level facts the relay
+// shares with producers (the NOTIFY Channel, HeldSQL). The operator's reads
+// and changes (`searchsync outbox …`, the console's actions) are package
+// outbox/outboxadmin, beside it.
 //
 // # Producing events
 //
@@ -33,18 +36,4 @@
 //
 // Events without an
 // aggregate_id take no lock: they have no order to keep.
-//
-// # Operator actions
-//
-// Admin holds the operator's reads and changes (`searchsync outbox …` and
-// the console's actions run the same methods): Status, List, and the
-// changes Retry (failed → pending, attempts 0, due now), Ack (delete failed
-// and skipped events, recorded in aa_job) and Skip (failed → skipped: the
-// event no longer blocks its aggregate, since only pending and failed
-// events do; it keeps its row and last_error as evidence and stays until
-// acknowledged; failed delivery rows of a diverged event are marked done,
-// not delivered). Skip takes no consumer: one consumer's failed delivery
-// marked done is Ack with Filter.Consumer. Every change locks what it
-// changes, records an aa_job row naming who acted and wakes the relays; the
-// notes are in admin.go.
 package outbox

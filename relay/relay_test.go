@@ -15,6 +15,7 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 )
@@ -151,7 +152,7 @@ func TestFailingEndpointBacksOffFailsAndBlocksOnlyItsAggregate(t *testing.T) {
 	// The operator retries (what `searchsync outbox retry --id` runs; it
 	// notifies the relays).
 	rc.setStatus(nil)
-	ch, err := outbox.NewAdmin(db.Schema).Retry(context.Background(), db.Pool, outbox.Filter{IDs: []int64{head}}, outbox.ChangeOptions{By: "test"})
+	ch, err := outboxadmin.New(db.Schema).Retry(context.Background(), db.Pool, outboxadmin.Filter{IDs: []int64{head}}, outboxadmin.ChangeOptions{By: "test"})
 	if err != nil || ch.Count != 1 {
 		t.Fatalf("outbox retry: %+v, %v", ch, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/internal/testenv"
-	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/relay"
 )
 
@@ -30,7 +30,7 @@ func TestSkipReleasesTheAggregate(t *testing.T) {
 	if rc.delivered(ids[1]) {
 		t.Fatal("the event behind the failed head was delivered")
 	}
-	ch, err := outbox.NewAdmin(db.Schema).Skip(context.Background(), db.Pool, outbox.Filter{IDs: []int64{ids[0]}}, outbox.ChangeOptions{By: "test"})
+	ch, err := outboxadmin.New(db.Schema).Skip(context.Background(), db.Pool, outboxadmin.Filter{IDs: []int64{ids[0]}}, outboxadmin.ChangeOptions{By: "test"})
 	if err != nil || ch.Count != 1 {
 		t.Fatalf("outbox skip: %+v, %v", ch, err)
 	}
@@ -59,7 +59,7 @@ func TestSkipReleasesTheConsumer(t *testing.T) {
 	if b.delivered(behind[0]) {
 		t.Fatal("b got an event behind the one it parked")
 	}
-	ch, err := outbox.NewAdmin(db.Schema).Skip(context.Background(), db.Pool, outbox.Filter{AggregateID: &agg}, outbox.ChangeOptions{By: "test"})
+	ch, err := outboxadmin.New(db.Schema).Skip(context.Background(), db.Pool, outboxadmin.Filter{AggregateID: &agg}, outboxadmin.ChangeOptions{By: "test"})
 	if err != nil || ch.Count != 1 || ch.Events[0].ID != ids[0] {
 		t.Fatalf("outbox skip: %+v, %v", ch, err)
 	}

@@ -29,7 +29,7 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
-	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // openBrowser starts headless Chromium on url and returns its context.
@@ -583,7 +583,7 @@ func TestConsoleBulkActions(t *testing.T) {
 	jobs := func(kinds ...string) (n int, owner string) {
 		t.Helper()
 		if len(kinds) == 0 {
-			kinds = []string{outbox.JobKindRetry, outbox.JobKindAck, outbox.JobKindSkip}
+			kinds = []string{outboxadmin.JobKindRetry, outboxadmin.JobKindAck, outboxadmin.JobKindSkip}
 		}
 		if err := db.Pool.QueryRow(ctx, "SELECT count(*), coalesce(max(owner), '') FROM aa_job WHERE job_kind = ANY($1)", kinds).Scan(&n, &owner); err != nil {
 			t.Fatal(err)
@@ -757,7 +757,7 @@ func TestConsoleBulkActions(t *testing.T) {
 	if _, err := smp.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ro := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Events: &dashboard.Events{Admin: outbox.NewAdmin(db.Schema), DB: db.Pool}}))
+	ro := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Events: &dashboard.Events{Admin: outboxadmin.New(db.Schema), DB: db.Pool}}))
 	t.Cleanup(ro.Close)
 	roCtx, cancelRO := chromedp.NewContext(bctx)
 	defer cancelRO()

@@ -24,6 +24,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -93,7 +94,7 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	if _, err := smp.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
-	events := &dashboard.Events{Admin: outbox.NewAdmin(db.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: db.Pool, Token: secret.New(token)}
+	events := &dashboard.Events{Admin: outboxadmin.New(db.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: db.Pool, Token: secret.New(token)}
 	srv := httptest.NewServer(dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", Events: events}))
 	t.Cleanup(srv.Close)
 

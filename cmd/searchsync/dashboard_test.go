@@ -30,6 +30,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // startRelay runs `searchsync run` with the config and stops it (SIGTERM) at
@@ -263,7 +264,7 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	}
 	hist := dashboard.NewHistory(db.Pool, smp, dashboard.HistoryConfig{Schema: db.Schema, Instance: "test"}, nil)
 	// No operator token: the console is read-only.
-	events := &dashboard.Events{Admin: outbox.NewAdmin(db.Schema).WithRouting(config.Routing(consumers, routes)), DB: db.Pool}
+	events := &dashboard.Events{Admin: outboxadmin.New(db.Schema).WithRouting(config.Routing(consumers, routes)), DB: db.Pool}
 	// The index as the drift watcher reads it while the engine is away.
 	engineDown := atomic.Bool{}
 	indexes := &dashboard.Reindex{Aliases: func() []dashboard.AliasDrift {

@@ -19,7 +19,7 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/metrics"
 	"github.com/searchsync/searchsync/lag"
-	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
@@ -78,7 +78,7 @@ func (o *observer) newHistory(cfg *config.Config, pool *pgxpool.Pool, instance s
 }
 
 // newEvents sets up the console's event pages and actions: the CLI's
-// operator code (outbox.Admin with the configured routing), enabled for
+// operator code (outboxadmin.Admin with the configured routing), enabled for
 // actions when http.operator_token is set.
 func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
 	tok, err := cfg.HTTP.OperatorToken.Resolve("http.operator_token")
@@ -89,7 +89,7 @@ func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool, logger *slo
 	if err != nil {
 		return err
 	}
-	o.events = &dashboard.Events{Admin: outbox.NewAdmin(cfg.Database.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: pool, Token: tok}
+	o.events = &dashboard.Events{Admin: outboxadmin.New(cfg.Database.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: pool, Token: tok}
 	if cfg.HTTP.Pprof {
 		o.pprof = profiling(tok, logger)
 	}

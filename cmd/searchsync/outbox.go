@@ -21,6 +21,7 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -46,7 +47,7 @@ type OutboxStatusCmd struct {
 // console and /metrics read, what is blocked and what each configured
 // consumer owes.
 type outboxStatusDoc struct {
-	*outbox.StatusReport
+	*outboxadmin.StatusReport
 	Blocked      []lag.Blocked     `json:"blocked"`
 	BlockedCount int64             `json:"blocked_count"`
 	Consumers    []lag.ConsumerLag `json:"consumers"`
@@ -169,8 +170,8 @@ type filterFlags struct {
 	Error         string   `placeholder:"PATTERN" help:"last_error contains this, ignoring case; * and ? as in --event-type (mapper_parsing_exception, 'HTTP 4??'). With --consumer: that consumer's last_error."`
 }
 
-func (f *filterFlags) filter(ids []int64, limit int) (outbox.Filter, error) {
-	out := outbox.Filter{IDs: append(append([]int64(nil), f.ID...), ids...), EventType: f.EventType, AggregateType: f.AggregateType,
+func (f *filterFlags) filter(ids []int64, limit int) (outboxadmin.Filter, error) {
+	out := outboxadmin.Filter{IDs: append(append([]int64(nil), f.ID...), ids...), EventType: f.EventType, AggregateType: f.AggregateType,
 		Since: f.Since.t, Until: f.Until.t, Limit: limit, Consumer: f.Consumer, Index: f.Index, Error: f.Error}
 	for _, s := range f.Status {
 		out.Statuses = append(out.Statuses, outbox.Status(s))
@@ -216,7 +217,7 @@ func (c *OutboxListCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.JSON {
 		if evs == nil {
-			evs = []outbox.Listed{}
+			evs = []outboxadmin.Listed{}
 		}
 		return printJSON(evs)
 	}
@@ -233,7 +234,7 @@ func (c *OutboxListCmd) Run(ctx context.Context, g *Globals) error {
 // error replace the outbox row's ("shared": the event has no delivery rows,
 // the outbox row is every routed consumer's). outcomes, when given, are
 // printed last, one per event.
-func printEvents(out io.Writer, evs []outbox.Listed, consumer string, payload bool, outcomes []string) {
+func printEvents(out io.Writer, evs []outboxadmin.Listed, consumer string, payload bool, outcomes []string) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	head := "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tATTEMPTS\tCREATED\tAVAILABLE\tLAST ERROR\tCONSUMERS"
 	if consumer != "" {
@@ -264,7 +265,7 @@ func printEvents(out io.Writer, evs []outbox.Listed, consumer string, payload bo
 				state += ", shared"
 			}
 			line = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.EventType, agg, state, d.Attempts,
-				e.CreatedAt.Format(time.RFC3339), avail(d.State == outbox.DeliveryPending, d.AvailableAt), oneLine(deref(d.LastError), 80))
+				e.CreatedAt.Format(time.RFC3339), avail(d.State == outboxadmin.DeliveryPending, d.AvailableAt), oneLine(deref(d.LastError), 80))
 		} else {
 			var cons []string
 			for _, d := range e.Deliveries {
@@ -299,7 +300,7 @@ type changeFlags struct {
 	JSON   bool    `help:"Print JSON."`
 }
 
-func (c *changeFlags) options() outbox.ChangeOptions {
+func (c *changeFlags) options() outboxadmin.ChangeOptions {
 	by := c.By
 	if by == "" {
 		name := os.Getenv("USER")
@@ -309,7 +310,7 @@ func (c *changeFlags) options() outbox.ChangeOptions {
 		host, _ := os.Hostname()
 		by = name + "@" + host
 	}
-	return outbox.ChangeOptions{DryRun: c.DryRun, All: c.All, By: by, Note: c.Note}
+	return outboxadmin.ChangeOptions{DryRun: c.DryRun, All: c.All, By: by, Note: c.Note}
 }
 
 // OutboxRetryCmd moves failed events back to pending.
@@ -348,7 +349,7 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 		return err
 	}
 	if !f.Narrows() && !c.All {
-		return fmt.Errorf("outbox %s: %w", action, outbox.ErrNoSelection)
+		return fmt.Errorf("outbox %s: %w", action, outboxadmin.ErrNoSelection)
 	}
 	_, admin, pool, err := openAdmin(ctx, g, f.Index != "")
 	if err != nil {
@@ -383,7 +384,7 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 		if len(evs) > 50 {
 			evs = evs[:50]
 		}
-		listed := make([]outbox.Listed, len(evs))
+		listed := make([]outboxadmin.Listed, len(evs))
 		outcomes := make([]string, len(evs))
 		for i, e := range evs {
 			listed[i], outcomes[i] = e.Listed, e.Outcome
@@ -399,12 +400,12 @@ func (c *changeFlags) run(ctx context.Context, g *Globals, action string) error 
 // openAdmin loads the configuration and connects. The admin knows the
 // configured consumers and routes (for --consumer and the per-consumer
 // status) and, with indexes, the projections' indexes (for --index).
-func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Admin, *pgxpool.Pool, error) {
+func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outboxadmin.Admin, *pgxpool.Pool, error) {
 	e, err := g.load(ctx, config.Secrets())
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	admin := outbox.NewAdmin(e.cfg.Database.Schema).WithRouting(e.cfg.Routing())
+	admin := outboxadmin.New(e.cfg.Database.Schema).WithRouting(e.cfg.Routing())
 	if indexes {
 		ix, err := outboxIndexes(e.cfg)
 		if err != nil {
@@ -424,8 +425,8 @@ func openAdmin(ctx context.Context, g *Globals, indexes bool) (*env, *outbox.Adm
 // event kinds of the projections that write it. A projection pattern with
 // [ ] or \ (path.Match syntax the outbox patterns lack) makes its index a
 // Problem, refused when it is asked for.
-func outboxIndexes(cfg *config.Config) ([]outbox.Index, error) {
-	var out []outbox.Index
+func outboxIndexes(cfg *config.Config) ([]outboxadmin.Index, error) {
+	var out []outboxadmin.Index
 	at := map[string]int{}
 	for _, cc := range cfg.Consumers {
 		if cc.Search == nil {
@@ -435,7 +436,7 @@ func outboxIndexes(cfg *config.Config) ([]outbox.Index, error) {
 			i, ok := at[alias]
 			if !ok {
 				i, at[alias] = len(out), len(out)
-				out = append(out, outbox.Index{Name: alias})
+				out = append(out, outboxadmin.Index{Name: alias})
 			}
 			out[i].Consumers = append(out[i].Consumers, cc.Name)
 		}
@@ -460,10 +461,10 @@ func outboxIndexes(cfg *config.Config) ([]outbox.Index, error) {
 		}
 		for _, et := range p.EventTypes {
 			if len(p.AggregateTypes) == 0 {
-				ix.Kinds = append(ix.Kinds, outbox.Kind{EventType: et})
+				ix.Kinds = append(ix.Kinds, outboxadmin.Kind{EventType: et})
 			}
 			for _, at := range p.AggregateTypes {
-				ix.Kinds = append(ix.Kinds, outbox.Kind{EventType: et, AggregateType: at})
+				ix.Kinds = append(ix.Kinds, outboxadmin.Kind{EventType: et, AggregateType: at})
 			}
 		}
 	}

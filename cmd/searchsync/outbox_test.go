@@ -16,6 +16,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // outboxCLI runs `searchsync <args>` against db's schema.
@@ -82,7 +83,7 @@ func TestOutboxCommands(t *testing.T) {
 
 	// Dry runs change nothing.
 	out, _, code = outboxCLI(t, db, "outbox", "retry", "1", "--dry-run", "--json")
-	var ch outbox.Change
+	var ch outboxadmin.Change
 	if err := json.Unmarshal([]byte(out), &ch); code != 0 || err != nil || !ch.DryRun || ch.Count != 1 {
 		t.Fatalf("retry --dry-run: %d %v %s", code, err, out)
 	}
@@ -187,7 +188,7 @@ VALUES ('webhook', 'paused', now() - interval '1 minute', 'connection refused', 
 	}
 
 	out, stderr, code := cli("outbox", "list", "--consumer", "webhook", "--json")
-	var evs []outbox.Listed
+	var evs []outboxadmin.Listed
 	if err := json.Unmarshal([]byte(out), &evs); code != 0 || err != nil || len(evs) != 3 {
 		t.Fatalf("list --consumer webhook: %d %v %s %s", code, err, out, stderr)
 	}
@@ -250,7 +251,7 @@ FROM aa_outbox_delivery WHERE event_id = 1`).Scan(&rows, &status)
 
 	// ack --consumer webhook 2: search gets a pending row, webhook a done one, the event stays pending.
 	out, stderr, code = cli("outbox", "ack", "--consumer", "webhook", "--id", "2", "--json")
-	var ch outbox.Change
+	var ch outboxadmin.Change
 	if err := json.Unmarshal([]byte(out), &ch); code != 0 || err != nil || ch.Count != 1 || ch.Consumer != "webhook" || ch.JobID == 0 ||
 		ch.Events[0].Outcome != "acknowledged for webhook; pending for search" {
 		t.Fatalf("ack --consumer webhook 2: %d %v %s %s", code, err, out, stderr)
@@ -294,7 +295,7 @@ func TestOutboxSkipCommand(t *testing.T) {
 		t.Fatalf("skip --dry-run: %d %s %s", code, out, stderr)
 	}
 	out, stderr, code = outboxCLI(t, db, "outbox", "skip", "1", "--by", "ops@example", "--note", "customer merged", "--json")
-	var ch outbox.Change
+	var ch outboxadmin.Change
 	if err := json.Unmarshal([]byte(out), &ch); code != 0 || err != nil || ch.Action != "skip" || ch.Count != 1 || ch.JobID == 0 {
 		t.Fatalf("skip 1: %d %v %s %s", code, err, out, stderr)
 	}
@@ -329,7 +330,7 @@ VALUES ('entity.customer.updated', 'DDM_ENTITY', gen_random_uuid(), '{}', 'faile
 	list := func(args ...string) []int64 {
 		t.Helper()
 		out, stderr, code := cli(append([]string{"outbox", "list", "--json"}, args...)...)
-		var evs []outbox.Listed
+		var evs []outboxadmin.Listed
 		if err := json.Unmarshal([]byte(out), &evs); code != 0 || err != nil {
 			t.Fatalf("list %v: %d %v %s %s", args, code, err, out, stderr)
 		}

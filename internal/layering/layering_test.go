@@ -36,9 +36,16 @@ var rules = []rule{
 	{
 		name: "lower-packages-stay-lower",
 		pkgs: lower,
-		deny: []string{"relay", "sink", "lag", "reindex", "dashboard", "compaction", "cmd", "internal/config", "internal/metrics", "examples"},
+		deny: []string{"outbox/outboxadmin", "relay", "sink", "lag", "reindex", "dashboard", "compaction", "cmd", "internal/config", "internal/metrics", "examples"},
 		why: "outbox, delivery, projections, indexer and mapping are what the relay, the consumers, reindex and lag are built on; " +
 			"each owns its Config (indexer.Config), which internal/config fills from the file",
+	},
+	{
+		name: "outbox-admin-below-the-operator-views",
+		pkgs: []string{"outbox/outboxadmin"},
+		deny: []string{"relay", "sink", "lag", "reindex", "dashboard", "compaction", "cmd", "internal/config", "internal/metrics", "examples"},
+		why: "the operator admin builds on outbox and routing only; cmd, the console and lag call it, " +
+			"and the caller gives it the routing table and indexes built from the configuration",
 	},
 	{
 		name: "packages-own-their-config",

@@ -21,6 +21,7 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/webhook"
@@ -204,14 +205,14 @@ func TestWebhookBehindTheRelay(t *testing.T) {
 		fillerDone <- n
 	}()
 
-	admin := outbox.NewAdmin(db.Schema)
+	admin := outboxadmin.New(db.Schema)
 	poisonHead, flakyHead := byAgg[poisoned][2], byAgg[flaky][1]
-	waitStatus(t, admin, db, "the two heads failed", func(rep *outbox.StatusReport) bool {
+	waitStatus(t, admin, db, "the two heads failed", func(rep *outboxadmin.StatusReport) bool {
 		return rep.ByStatus[outbox.StatusFailed] == 2
 	})
 	stopFiller()
 	fillers := <-fillerDone
-	waitStatus(t, admin, db, "every other event dispatched", func(rep *outbox.StatusReport) bool {
+	waitStatus(t, admin, db, "every other event dispatched", func(rep *outboxadmin.StatusReport) bool {
 		return rep.ByStatus[outbox.StatusDispatched] == int64(aggs*perAgg-2-2-3+fillers)
 	})
 	if got := getRow(t, db, poisonHead); got.Attempts != 1 || !strings.Contains(*got.LastError, "hook: HTTP 422") || !strings.Contains(*got.LastError, "customer code missing") {
@@ -227,13 +228,13 @@ func TestWebhookBehindTheRelay(t *testing.T) {
 	// The endpoint recovers; the operator retries the flaky aggregate and
 	// acknowledges the poisoned event.
 	ep.setAnswer(nil)
-	if ch, err := admin.Retry(ctx, db.Pool, outbox.Filter{AggregateID: &flaky}, outbox.ChangeOptions{By: "test"}); err != nil || ch.Count != 1 {
+	if ch, err := admin.Retry(ctx, db.Pool, outboxadmin.Filter{AggregateID: &flaky}, outboxadmin.ChangeOptions{By: "test"}); err != nil || ch.Count != 1 {
 		t.Fatalf("retry: %+v, %v", ch, err)
 	}
-	if ch, err := admin.Ack(ctx, db.Pool, outbox.Filter{IDs: []int64{poisonHead}}, outbox.ChangeOptions{By: "test", Note: "bad data"}); err != nil || ch.Count != 1 {
+	if ch, err := admin.Ack(ctx, db.Pool, outboxadmin.Filter{IDs: []int64{poisonHead}}, outboxadmin.ChangeOptions{By: "test", Note: "bad data"}); err != nil || ch.Count != 1 {
 		t.Fatalf("ack: %+v, %v", ch, err)
 	}
-	waitStatus(t, admin, db, "the released aggregates delivered", func(rep *outbox.StatusReport) bool {
+	waitStatus(t, admin, db, "the released aggregates delivered", func(rep *outboxadmin.StatusReport) bool {
 		return rep.ByStatus[outbox.StatusDispatched] == int64(aggs*perAgg-1+fillers)
 	})
 	if ep.delivered(poisonHead) {
@@ -275,7 +276,7 @@ func TestWebhookBehindTheRelay(t *testing.T) {
 
 // waitStatus polls the outbox status until cond holds, failing with the last
 // status after 30 s.
-func waitStatus(t *testing.T, admin *outbox.Admin, db *testenv.DB, what string, cond func(*outbox.StatusReport) bool) {
+func waitStatus(t *testing.T, admin *outboxadmin.Admin, db *testenv.DB, what string, cond func(*outboxadmin.StatusReport) bool) {
 	t.Helper()
 	var last []byte
 	deadline := time.Now().Add(30 * time.Second)

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxadmin_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // adminFixture: aggregate A has a failed head (A1 dispatched, A2 failed, A3
@@ -26,13 +27,13 @@ type adminFixture struct {
 	db      *testenv.DB
 	a, b, c uuid.UUID
 	ids     map[string]int64
-	admin   *outbox.Admin
+	admin   *outboxadmin.Admin
 }
 
 func newAdminFixture(t *testing.T) *adminFixture {
 	t.Helper()
 	db := testenv.NewDB(t)
-	f := &adminFixture{db: db, a: uuid.New(), b: uuid.New(), c: uuid.New(), ids: map[string]int64{}, admin: outbox.NewAdmin(db.Schema)}
+	f := &adminFixture{db: db, a: uuid.New(), b: uuid.New(), c: uuid.New(), ids: map[string]int64{}, admin: outboxadmin.New(db.Schema)}
 	w := outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})
 	r := uuid.New()
 	type ev struct {
@@ -87,11 +88,11 @@ func (f *adminFixture) exec(t *testing.T, sql string, args ...any) {
 func (f *adminFixture) names(evs any) []string {
 	var ids []int64
 	switch evs := evs.(type) {
-	case []outbox.Listed:
+	case []outboxadmin.Listed:
 		for _, e := range evs {
 			ids = append(ids, e.ID)
 		}
-	case []outbox.ChangedEvent:
+	case []outboxadmin.ChangedEvent:
 		for _, e := range evs {
 			ids = append(ids, e.ID)
 		}
@@ -158,21 +159,21 @@ func TestAdminList(t *testing.T) {
 	f := newAdminFixture(t)
 	for _, tc := range []struct {
 		name   string
-		filter outbox.Filter
+		filter outboxadmin.Filter
 		want   []string
 	}{
-		{"failed", outbox.Filter{Statuses: []outbox.Status{"failed"}}, []string{"A2"}},
-		{"failed or skipped", outbox.Filter{Statuses: []outbox.Status{"failed", "skipped"}}, []string{"A2", "R1", "R2"}},
-		{"event type pattern", outbox.Filter{EventType: "entity.customer.cr*"}, []string{"A1", "B1", "C1"}},
-		{"event type ?", outbox.Filter{EventType: "role.r?v*"}, []string{"R2"}},
-		{"aggregate type with underscore", outbox.Filter{AggregateType: "AA_ROLE"}, []string{"R1", "R2"}},
-		{"underscore is literal", outbox.Filter{AggregateType: "AAXROLE"}, nil},
-		{"aggregate", outbox.Filter{AggregateID: &f.a}, []string{"A1", "A2", "A3"}},
-		{"aggregate and status", outbox.Filter{AggregateID: &f.b, Statuses: []outbox.Status{"pending"}}, []string{"B1", "B2", "B3"}},
-		{"ids", outbox.Filter{IDs: []int64{f.ids["C3"], f.ids["N1"]}}, []string{"N1", "C3"}},
-		{"until", outbox.Filter{Until: time.Now().Add(-time.Hour)}, []string{"C1"}},
-		{"since", outbox.Filter{Since: time.Now().Add(-time.Hour), AggregateID: &f.c}, []string{"C2", "C3"}},
-		{"limit", outbox.Filter{Limit: 2}, []string{"A1", "B1"}},
+		{"failed", outboxadmin.Filter{Statuses: []outbox.Status{"failed"}}, []string{"A2"}},
+		{"failed or skipped", outboxadmin.Filter{Statuses: []outbox.Status{"failed", "skipped"}}, []string{"A2", "R1", "R2"}},
+		{"event type pattern", outboxadmin.Filter{EventType: "entity.customer.cr*"}, []string{"A1", "B1", "C1"}},
+		{"event type ?", outboxadmin.Filter{EventType: "role.r?v*"}, []string{"R2"}},
+		{"aggregate type with underscore", outboxadmin.Filter{AggregateType: "AA_ROLE"}, []string{"R1", "R2"}},
+		{"underscore is literal", outboxadmin.Filter{AggregateType: "AAXROLE"}, nil},
+		{"aggregate", outboxadmin.Filter{AggregateID: &f.a}, []string{"A1", "A2", "A3"}},
+		{"aggregate and status", outboxadmin.Filter{AggregateID: &f.b, Statuses: []outbox.Status{"pending"}}, []string{"B1", "B2", "B3"}},
+		{"ids", outboxadmin.Filter{IDs: []int64{f.ids["C3"], f.ids["N1"]}}, []string{"N1", "C3"}},
+		{"until", outboxadmin.Filter{Until: time.Now().Add(-time.Hour)}, []string{"C1"}},
+		{"since", outboxadmin.Filter{Since: time.Now().Add(-time.Hour), AggregateID: &f.c}, []string{"C2", "C3"}},
+		{"limit", outboxadmin.Filter{Limit: 2}, []string{"A1", "B1"}},
 	} {
 		evs, err := f.admin.List(t.Context(), f.db.Pool, tc.filter)
 		if err != nil {
@@ -182,7 +183,7 @@ func TestAdminList(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	evs, _ := f.admin.List(t.Context(), f.db.Pool, outbox.Filter{IDs: []int64{f.ids["A2"]}})
+	evs, _ := f.admin.List(t.Context(), f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["A2"]}})
 	if e := evs[0]; e.Status != "failed" || e.Attempts != 10 || string(e.Payload) != `{"version": 1}` || e.AggregateID == nil || *e.AggregateID != f.a {
 		t.Fatalf("listed event %+v", e)
 	}
@@ -192,18 +193,18 @@ func TestAdminRetry(t *testing.T) {
 	t.Parallel()
 	f := newAdminFixture(t)
 	ctx := t.Context()
-	if _, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{}, outbox.ChangeOptions{By: "op"}); !errors.Is(err, outbox.ErrNoSelection) {
+	if _, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{}, outboxadmin.ChangeOptions{By: "op"}); !errors.Is(err, outboxadmin.ErrNoSelection) {
 		t.Fatalf("retry without a selection: %v, want ErrNoSelection", err)
 	}
-	if _, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Statuses: []outbox.Status{"failed"}, Limit: 5}, outbox.ChangeOptions{By: "op"}); !errors.Is(err, outbox.ErrNoSelection) {
+	if _, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Statuses: []outbox.Status{"failed"}, Limit: 5}, outboxadmin.ChangeOptions{By: "op"}); !errors.Is(err, outboxadmin.ErrNoSelection) {
 		t.Fatalf("retry with only status and limit: %v, want ErrNoSelection", err)
 	}
-	if _, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a, Statuses: []outbox.Status{"skipped"}}, outbox.ChangeOptions{By: "op"}); err == nil {
+	if _, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a, Statuses: []outbox.Status{"skipped"}}, outboxadmin.ChangeOptions{By: "op"}); err == nil {
 		t.Fatal("retry of skipped events was accepted")
 	}
 
 	// Dry run: reports A2 only (the pending events of A are not failed), changes nothing.
-	ch, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a}, outbox.ChangeOptions{DryRun: true})
+	ch, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a}, outboxadmin.ChangeOptions{DryRun: true})
 	if err != nil || ch.Count != 1 || ch.Events[0].ID != f.ids["A2"] || ch.JobID != 0 {
 		t.Fatalf("dry run: %+v, %v", ch, err)
 	}
@@ -228,7 +229,7 @@ func TestAdminRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ch, err = f.admin.Retry(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a}, outbox.ChangeOptions{By: "alice@host", Note: "endpoint fixed"})
+	ch, err = f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a}, outboxadmin.ChangeOptions{By: "alice@host", Note: "endpoint fixed"})
 	if err != nil || ch.Count != 1 || ch.JobID == 0 {
 		t.Fatalf("retry: %+v, %v", ch, err)
 	}
@@ -256,7 +257,7 @@ func TestAdminRetry(t *testing.T) {
 		t.Fatalf("retry job: owner %q result %s", owner, result)
 	}
 	// Nothing left to retry.
-	ch, err = f.admin.Retry(ctx, f.db.Pool, outbox.Filter{}, outbox.ChangeOptions{All: true, By: "op"})
+	ch, err = f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{}, outboxadmin.ChangeOptions{All: true, By: "op"})
 	if err != nil || ch.Count != 0 || ch.JobID != 0 {
 		t.Fatalf("retry --all with nothing failed: %+v, %v", ch, err)
 	}
@@ -266,19 +267,19 @@ func TestAdminAck(t *testing.T) {
 	t.Parallel()
 	f := newAdminFixture(t)
 	ctx := t.Context()
-	if _, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Statuses: []outbox.Status{"skipped"}}, outbox.ChangeOptions{By: "op"}); !errors.Is(err, outbox.ErrNoSelection) {
+	if _, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Statuses: []outbox.Status{"skipped"}}, outboxadmin.ChangeOptions{By: "op"}); !errors.Is(err, outboxadmin.ErrNoSelection) {
 		t.Fatalf("ack without a selection: %v, want ErrNoSelection", err)
 	}
-	if _, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a, Statuses: []outbox.Status{"pending"}}, outbox.ChangeOptions{By: "op"}); err == nil {
+	if _, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a, Statuses: []outbox.Status{"pending"}}, outboxadmin.ChangeOptions{By: "op"}); err == nil {
 		t.Fatal("ack of pending events was accepted")
 	}
-	if _, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a}, outbox.ChangeOptions{}); err == nil {
+	if _, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a}, outboxadmin.ChangeOptions{}); err == nil {
 		t.Fatal("ack without By was accepted")
 	}
 
 	// Ids of every kind: only the failed and skipped ones are acknowledged.
-	sel := outbox.Filter{IDs: []int64{f.ids["A1"], f.ids["A2"], f.ids["A3"], f.ids["R1"], f.ids["B1"]}}
-	dry, err := f.admin.Ack(ctx, f.db.Pool, sel, outbox.ChangeOptions{DryRun: true})
+	sel := outboxadmin.Filter{IDs: []int64{f.ids["A1"], f.ids["A2"], f.ids["A3"], f.ids["R1"], f.ids["B1"]}}
+	dry, err := f.admin.Ack(ctx, f.db.Pool, sel, outboxadmin.ChangeOptions{DryRun: true})
 	if err != nil || !slices.Equal(f.names(dry.Events), []string{"A2", "R1"}) {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
@@ -286,7 +287,7 @@ func TestAdminAck(t *testing.T) {
 		t.Fatalf("dry run deleted rows: %d left", n)
 	}
 
-	ch, err := f.admin.Ack(ctx, f.db.Pool, sel, outbox.ChangeOptions{By: "bob@host", Note: "customer deleted upstream"})
+	ch, err := f.admin.Ack(ctx, f.db.Pool, sel, outboxadmin.ChangeOptions{By: "bob@host", Note: "customer deleted upstream"})
 	if err != nil || ch.Count != 2 || ch.JobID == 0 {
 		t.Fatalf("ack: %+v, %v", ch, err)
 	}
@@ -327,11 +328,11 @@ func TestAdminAck(t *testing.T) {
 	}
 
 	// --all acknowledges every remaining skipped event.
-	ch, err = f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Statuses: []outbox.Status{"skipped"}}, outbox.ChangeOptions{All: true, By: "op"})
+	ch, err = f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Statuses: []outbox.Status{"skipped"}}, outboxadmin.ChangeOptions{All: true, By: "op"})
 	if err != nil || ch.Count != 1 || ch.Events[0].ID != f.ids["R2"] {
 		t.Fatalf("ack --all skipped: %+v, %v", ch, err)
 	}
-	if countJobs(t, f.db, outbox.JobKindAck) != 2 {
+	if countJobs(t, f.db, outboxadmin.JobKindAck) != 2 {
 		t.Fatal("want one aa_job row per acknowledgement")
 	}
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxadmin_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/routing"
 )
 
@@ -32,7 +33,7 @@ import (
 type consumerFixture struct {
 	db    *testenv.DB
 	ids   map[string]int64
-	admin *outbox.Admin
+	admin *outboxadmin.Admin
 }
 
 var testRouting = &routing.Table{
@@ -43,7 +44,7 @@ var testRouting = &routing.Table{
 func newConsumerFixture(t *testing.T) *consumerFixture {
 	t.Helper()
 	db := testenv.NewDB(t)
-	f := &consumerFixture{db: db, ids: map[string]int64{}, admin: outbox.NewAdmin(db.Schema).WithRouting(testRouting)}
+	f := &consumerFixture{db: db, ids: map[string]int64{}, admin: outboxadmin.New(db.Schema).WithRouting(testRouting)}
 	w := outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})
 	tx, err := db.Pool.Begin(t.Context())
 	if err != nil {
@@ -110,7 +111,7 @@ func (f *consumerFixture) names(ids []int64) []string {
 	return out
 }
 
-func listedIDs(evs []outbox.Listed) []int64 {
+func listedIDs(evs []outboxadmin.Listed) []int64 {
 	var out []int64
 	for _, e := range evs {
 		out = append(out, e.ID)
@@ -118,7 +119,7 @@ func listedIDs(evs []outbox.Listed) []int64 {
 	return out
 }
 
-func changedIDs(evs []outbox.ChangedEvent) []int64 {
+func changedIDs(evs []outboxadmin.ChangedEvent) []int64 {
 	var out []int64
 	for _, e := range evs {
 		out = append(out, e.ID)
@@ -179,17 +180,17 @@ func TestAdminListConsumer(t *testing.T) {
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name   string
-		filter outbox.Filter
+		filter outboxadmin.Filter
 		want   []string
 	}{
-		{"webhook owes", outbox.Filter{Consumer: "webhook"}, []string{"S1", "S2", "U1", "U2", "P1", "P2"}},
-		{"search owes", outbox.Filter{Consumer: "search"}, []string{"S2", "S3", "U1", "P1"}},
-		{"webhook parked", outbox.Filter{Consumer: "webhook", Statuses: []outbox.Status{"failed"}}, []string{"S1", "S2", "U1", "U2"}},
-		{"search parked", outbox.Filter{Consumer: "search", Statuses: []outbox.Status{"failed"}}, []string{"S3", "U1"}},
-		{"search pending", outbox.Filter{Consumer: "search", Statuses: []outbox.Status{"pending"}}, []string{"S2", "P1"}},
-		{"webhook, role events", outbox.Filter{Consumer: "webhook", AggregateType: "AA_ROLE"}, []string{"U2", "P2"}},
-		{"webhook, limit", outbox.Filter{Consumer: "webhook", Limit: 2}, []string{"S1", "S2"}},
-		{"webhook, ids", outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["S3"], f.ids["U1"], f.ids["D1"]}}, []string{"U1"}},
+		{"webhook owes", outboxadmin.Filter{Consumer: "webhook"}, []string{"S1", "S2", "U1", "U2", "P1", "P2"}},
+		{"search owes", outboxadmin.Filter{Consumer: "search"}, []string{"S2", "S3", "U1", "P1"}},
+		{"webhook parked", outboxadmin.Filter{Consumer: "webhook", Statuses: []outbox.Status{"failed"}}, []string{"S1", "S2", "U1", "U2"}},
+		{"search parked", outboxadmin.Filter{Consumer: "search", Statuses: []outbox.Status{"failed"}}, []string{"S3", "U1"}},
+		{"search pending", outboxadmin.Filter{Consumer: "search", Statuses: []outbox.Status{"pending"}}, []string{"S2", "P1"}},
+		{"webhook, role events", outboxadmin.Filter{Consumer: "webhook", AggregateType: "AA_ROLE"}, []string{"U2", "P2"}},
+		{"webhook, limit", outboxadmin.Filter{Consumer: "webhook", Limit: 2}, []string{"S1", "S2"}},
+		{"webhook, ids", outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["S3"], f.ids["U1"], f.ids["D1"]}}, []string{"U1"}},
 	} {
 		evs, err := f.admin.List(ctx, f.db.Pool, tc.filter)
 		if err != nil {
@@ -201,7 +202,7 @@ func TestAdminListConsumer(t *testing.T) {
 	}
 
 	// Per-consumer state: its own row, or the outbox row's (shared).
-	evs, err := f.admin.List(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["S1"], f.ids["U1"]}})
+	evs, err := f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["S1"], f.ids["U1"]}})
 	if err != nil || len(evs) != 2 {
 		t.Fatalf("list: %v %v", evs, err)
 	}
@@ -221,7 +222,7 @@ func TestAdminListConsumer(t *testing.T) {
 		t.Fatalf("JSON of a listed event: %s", b)
 	}
 	// Without a consumer the delivery rows of split events are listed too.
-	evs, _ = f.admin.List(ctx, f.db.Pool, outbox.Filter{IDs: []int64{f.ids["S2"], f.ids["P1"]}})
+	evs, _ = f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["S2"], f.ids["P1"]}})
 	if len(evs) != 2 || len(evs[0].Deliveries) != 2 || evs[0].Delivery("search").State != "pending" || len(evs[1].Deliveries) != 0 {
 		t.Fatalf("list without a consumer: %+v", evs)
 	}
@@ -231,15 +232,15 @@ func TestAdminConsumerRefusals(t *testing.T) {
 	t.Parallel()
 	f := newConsumerFixture(t)
 	ctx := t.Context()
-	opts := outbox.ChangeOptions{By: "op"}
-	sel := outbox.Filter{Consumer: "crm-hook", IDs: []int64{f.ids["S1"]}}
+	opts := outboxadmin.ChangeOptions{By: "op"}
+	sel := outboxadmin.Filter{Consumer: "crm-hook", IDs: []int64{f.ids["S1"]}}
 	for name, call := range map[string]func() error{
 		"list":  func() error { _, err := f.admin.List(ctx, f.db.Pool, sel); return err },
 		"retry": func() error { _, err := f.admin.Retry(ctx, f.db.Pool, sel, opts); return err },
 		"ack":   func() error { _, err := f.admin.Ack(ctx, f.db.Pool, sel, opts); return err },
 	} {
 		err := call()
-		var uc *outbox.UnknownConsumerError
+		var uc *outboxadmin.UnknownConsumerError
 		if !errors.As(err, &uc) || uc.Name != "crm-hook" || !strings.Contains(err.Error(), `unknown consumer "crm-hook"; the configured consumers are search, webhook`) {
 			t.Errorf("%s for an unknown consumer: %v", name, err)
 		}
@@ -247,26 +248,26 @@ func TestAdminConsumerRefusals(t *testing.T) {
 	// A consumer alone is no selection.
 	for name, call := range map[string]func() error{
 		"retry": func() error {
-			_, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", Statuses: []outbox.Status{"failed"}}, opts)
+			_, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", Statuses: []outbox.Status{"failed"}}, opts)
 			return err
 		},
 		"ack": func() error {
-			_, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook"}, opts)
+			_, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook"}, opts)
 			return err
 		},
 	} {
-		if err := call(); !errors.Is(err, outbox.ErrNoSelection) {
+		if err := call(); !errors.Is(err, outboxadmin.ErrNoSelection) {
 			t.Errorf("%s --consumer without a selection: %v, want ErrNoSelection", name, err)
 		}
 	}
-	if _, err := f.admin.List(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", Statuses: []outbox.Status{"dispatched"}}); err == nil || !strings.Contains(err.Error(), "pending, failed") {
+	if _, err := f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", Statuses: []outbox.Status{"dispatched"}}); err == nil || !strings.Contains(err.Error(), "pending, failed") {
 		t.Errorf("list --consumer --status dispatched: %v", err)
 	}
-	if _, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", Statuses: []outbox.Status{"skipped"}, IDs: []int64{1}}, opts); err == nil {
+	if _, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", Statuses: []outbox.Status{"skipped"}, IDs: []int64{1}}, opts); err == nil {
 		t.Error("ack --consumer --status skipped was accepted")
 	}
 	// Without routing the admin cannot know what a consumer owes.
-	if _, err := outbox.NewAdmin(f.db.Schema).List(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook"}); err == nil || !strings.Contains(err.Error(), "WithRouting") {
+	if _, err := outboxadmin.New(f.db.Schema).List(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook"}); err == nil || !strings.Contains(err.Error(), "WithRouting") {
 		t.Errorf("list --consumer without routing: %v", err)
 	}
 	// Nothing changed, nothing recorded.
@@ -292,7 +293,7 @@ func TestAdminRetryConsumer(t *testing.T) {
 	}
 
 	// Dry run: S1, S2 (webhook rows), U1, U2 (failed, routed to webhook).
-	dry, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook"}, outbox.ChangeOptions{All: true, DryRun: true})
+	dry, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook"}, outboxadmin.ChangeOptions{All: true, DryRun: true})
 	if err != nil || !slices.Equal(f.names(changedIDs(dry.Events)), []string{"S1", "S2", "U1", "U2"}) || dry.Consumer != "webhook" {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
@@ -301,7 +302,7 @@ func TestAdminRetryConsumer(t *testing.T) {
 	}
 
 	// S1: search done, webhook failed → webhook pending, event pending; search untouched.
-	ch, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["S1"]}}, outbox.ChangeOptions{By: "alice", Note: "endpoint fixed"})
+	ch, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["S1"]}}, outboxadmin.ChangeOptions{By: "alice", Note: "endpoint fixed"})
 	if err != nil || ch.Count != 1 || ch.JobID == 0 || ch.Events[0].Outcome != "retried for webhook" || ch.Events[0].Status != "pending" {
 		t.Fatalf("retry --consumer webhook S1: %+v, %v", ch, err)
 	}
@@ -328,7 +329,7 @@ func TestAdminRetryConsumer(t *testing.T) {
 	}
 
 	// S2: search pending in an hour, webhook failed → webhook pending now, the event due now.
-	if _, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["S2"]}}, outbox.ChangeOptions{By: "op"}); err != nil {
+	if _, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["S2"]}}, outboxadmin.ChangeOptions{By: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.deliveries(t, "S2"); d["webhook"] != "pending/0" || d["search"] != "pending/2" {
@@ -342,7 +343,7 @@ func TestAdminRetryConsumer(t *testing.T) {
 	}
 
 	// U1 (no rows, failed, routed to search and webhook): retried whole, no rows written.
-	ch, err = f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "search", IDs: []int64{f.ids["U1"], f.ids["U2"]}}, outbox.ChangeOptions{By: "op"})
+	ch, err = f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "search", IDs: []int64{f.ids["U1"], f.ids["U2"]}}, outboxadmin.ChangeOptions{By: "op"})
 	if err != nil || !slices.Equal(f.names(changedIDs(ch.Events)), []string{"U1"}) || ch.Events[0].Outcome != "retried" {
 		t.Fatalf("retry --consumer search U1 U2: %+v, %v", ch, err)
 	}
@@ -354,7 +355,7 @@ func TestAdminRetryConsumer(t *testing.T) {
 	}
 
 	// Search does not owe S1 any more (done): nothing to retry for it.
-	ch, err = f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "search", IDs: []int64{f.ids["S1"]}}, outbox.ChangeOptions{By: "op"})
+	ch, err = f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "search", IDs: []int64{f.ids["S1"]}}, outboxadmin.ChangeOptions{By: "op"})
 	if err != nil || ch.Count != 0 || ch.JobID != 0 {
 		t.Fatalf("retry --consumer search S1: %+v, %v", ch, err)
 	}
@@ -366,7 +367,7 @@ func TestAdminRetryAllConsumers(t *testing.T) {
 	ctx := t.Context()
 	// Unqualified: the failed events and every failed delivery row of the
 	// selection (S2's outbox row is pending, its webhook row failed).
-	ch, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{}, outbox.ChangeOptions{All: true, By: "op"})
+	ch, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{}, outboxadmin.ChangeOptions{All: true, By: "op"})
 	if err != nil || !slices.Equal(f.names(changedIDs(ch.Events)), []string{"S1", "S2", "S3", "U1", "U2"}) {
 		t.Fatalf("retry --all: %+v, %v", ch, err)
 	}
@@ -393,7 +394,7 @@ func TestAdminAckConsumer(t *testing.T) {
 	ctx := t.Context()
 
 	// S1: search done, webhook failed → acknowledged for webhook, the event is finished: gone.
-	ch, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["S1"]}}, outbox.ChangeOptions{By: "bob", Note: "endpoint retired"})
+	ch, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["S1"]}}, outboxadmin.ChangeOptions{By: "bob", Note: "endpoint retired"})
 	if err != nil || ch.Count != 1 || ch.JobID == 0 || !ch.Events[0].Deleted {
 		t.Fatalf("ack --consumer webhook S1: %+v, %v", ch, err)
 	}
@@ -409,7 +410,7 @@ func TestAdminAckConsumer(t *testing.T) {
 	}
 
 	// U1: failed without rows, routed to search and webhook → search pending, webhook done, event pending.
-	ch, err = f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["U1"]}}, outbox.ChangeOptions{By: "bob"})
+	ch, err = f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["U1"]}}, outboxadmin.ChangeOptions{By: "bob"})
 	if err != nil || ch.Count != 1 || ch.Events[0].Deleted || ch.Events[0].Outcome != "acknowledged for webhook; pending for search" {
 		t.Fatalf("ack --consumer webhook U1: %+v, %v", ch, err)
 	}
@@ -428,16 +429,16 @@ func TestAdminAckConsumer(t *testing.T) {
 		t.Fatalf("U1 search row available in %.1fs", in)
 	}
 	// Search now owes U1; webhook does not.
-	evs, _ := f.admin.List(ctx, f.db.Pool, outbox.Filter{Consumer: "search", IDs: []int64{f.ids["U1"]}})
+	evs, _ := f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "search", IDs: []int64{f.ids["U1"]}})
 	if len(evs) != 1 || evs[0].Delivery("search").State != "pending" || evs[0].Delivery("search").Shared {
 		t.Fatalf("search's U1 after the ack: %+v", evs)
 	}
-	if evs, _ := f.admin.List(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["U1"]}}); len(evs) != 0 {
+	if evs, _ := f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["U1"]}}); len(evs) != 0 {
 		t.Fatalf("webhook still owes U1: %+v", evs)
 	}
 
 	// S2: webhook failed, search still pending → webhook done, the event stays pending with search's schedule.
-	ch, err = f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", IDs: []int64{f.ids["S2"]}}, outbox.ChangeOptions{By: "bob"})
+	ch, err = f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", IDs: []int64{f.ids["S2"]}}, outboxadmin.ChangeOptions{By: "bob"})
 	if err != nil || ch.Count != 1 || ch.Events[0].Deleted || ch.Events[0].Outcome != "acknowledged for webhook; search pending" {
 		t.Fatalf("ack --consumer webhook S2: %+v, %v", ch, err)
 	}
@@ -449,7 +450,7 @@ func TestAdminAckConsumer(t *testing.T) {
 	}
 
 	// U2: failed, routed to webhook alone → deleted.
-	ch, err = f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "webhook", AggregateType: "AA_ROLE"}, outbox.ChangeOptions{By: "bob"})
+	ch, err = f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "webhook", AggregateType: "AA_ROLE"}, outboxadmin.ChangeOptions{By: "bob"})
 	if err != nil || !slices.Equal(f.names(changedIDs(ch.Events)), []string{"U2"}) || !ch.Events[0].Deleted {
 		t.Fatalf("ack --consumer webhook AA_ROLE: %+v, %v", ch, err)
 	}
@@ -462,14 +463,14 @@ func TestAdminAckConsumer(t *testing.T) {
 	}
 
 	// S3: search failed, webhook done → an ack for search finishes it.
-	ch, err = f.admin.Ack(ctx, f.db.Pool, outbox.Filter{Consumer: "search"}, outbox.ChangeOptions{All: true, By: "bob"})
+	ch, err = f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "search"}, outboxadmin.ChangeOptions{All: true, By: "bob"})
 	if err != nil || !slices.Equal(f.names(changedIDs(ch.Events)), []string{"S3"}) {
 		t.Fatalf("ack --consumer search --all: %+v, %v", ch, err)
 	}
 	if r := f.event(t, "S3"); r.status != "" {
 		t.Fatalf("S3 after ack: %+v", r)
 	}
-	if n := countJobs(t, f.db, outbox.JobKindAck); n != 5 {
+	if n := countJobs(t, f.db, outboxadmin.JobKindAck); n != 5 {
 		t.Fatalf("%d ack jobs, want 5", n)
 	}
 }
@@ -479,7 +480,7 @@ func TestAdminAckAllConsumersDeletes(t *testing.T) {
 	f := newConsumerFixture(t)
 	// Unqualified: failed events go, their delivery rows with them; S2
 	// (pending for search) stays.
-	ch, err := f.admin.Ack(t.Context(), f.db.Pool, outbox.Filter{Statuses: []outbox.Status{"failed"}}, outbox.ChangeOptions{All: true, By: "op"})
+	ch, err := f.admin.Ack(t.Context(), f.db.Pool, outboxadmin.Filter{Statuses: []outbox.Status{"failed"}}, outboxadmin.ChangeOptions{All: true, By: "op"})
 	if err != nil || !slices.Equal(f.names(changedIDs(ch.Events)), []string{"S1", "S3", "U1", "U2"}) {
 		t.Fatalf("ack --all failed: %+v, %v", ch, err)
 	}
@@ -515,7 +516,7 @@ VALUES ($1, 'old-hook', 'DDM_ENTITY', NULL, 'failed', 4)`, f.ids["S2"])
 		t.Fatalf("unconfigured: %+v, %v", rep.Unconfigured, err)
 	}
 	// Without routing every consumer with rows is unconfigured.
-	rep, err = outbox.NewAdmin(f.db.Schema).Status(t.Context(), f.db.Pool)
+	rep, err = outboxadmin.New(f.db.Schema).Status(t.Context(), f.db.Pool)
 	if err != nil || len(rep.Unconfigured) != 3 || rep.Unconfigured[0].Consumer != "old-hook" || rep.Unconfigured[2].Failed != 2 ||
 		rep.Unconfigured[2].State != "paused" || rep.Unconfigured[2].Instance == nil {
 		t.Fatalf("status without routing: %+v, %v", rep.Unconfigured, err)

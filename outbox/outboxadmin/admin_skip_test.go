@@ -1,4 +1,4 @@
-package outbox_test
+package outboxadmin_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // TestAdminSkip: a skipped failed head no longer blocks its aggregate (the
@@ -19,31 +20,31 @@ func TestAdminSkip(t *testing.T) {
 	t.Parallel()
 	f := newAdminFixture(t)
 	ctx := t.Context()
-	var refused *outbox.RefusedError
+	var refused *outboxadmin.RefusedError
 	for _, c := range []struct {
 		name   string
-		filter outbox.Filter
+		filter outboxadmin.Filter
 		want   string
 	}{
-		{"pending event", outbox.Filter{IDs: []int64{f.ids["A3"]}}, "is pending"},
-		{"failed and skipped", outbox.Filter{IDs: []int64{f.ids["A2"], f.ids["R1"]}}, "is skipped"},
-		{"not in the outbox", outbox.Filter{IDs: []int64{f.ids["A2"], 1 << 40}}, "is not in the outbox"},
-		{"status", outbox.Filter{AggregateID: &f.a, Statuses: []outbox.Status{"pending"}}, "failed events only, not pending"},
-		{"consumer", outbox.Filter{AggregateID: &f.a, Consumer: "webhook"}, "ack --consumer webhook"},
+		{"pending event", outboxadmin.Filter{IDs: []int64{f.ids["A3"]}}, "is pending"},
+		{"failed and skipped", outboxadmin.Filter{IDs: []int64{f.ids["A2"], f.ids["R1"]}}, "is skipped"},
+		{"not in the outbox", outboxadmin.Filter{IDs: []int64{f.ids["A2"], 1 << 40}}, "is not in the outbox"},
+		{"status", outboxadmin.Filter{AggregateID: &f.a, Statuses: []outbox.Status{"pending"}}, "failed events only, not pending"},
+		{"consumer", outboxadmin.Filter{AggregateID: &f.a, Consumer: "webhook"}, "ack --consumer webhook"},
 	} {
-		_, err := f.admin.Skip(ctx, f.db.Pool, c.filter, outbox.ChangeOptions{By: "op"})
+		_, err := f.admin.Skip(ctx, f.db.Pool, c.filter, outboxadmin.ChangeOptions{By: "op"})
 		if !errors.As(err, &refused) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("skip of %s: %v, want a refusal saying %q", c.name, err, c.want)
 		}
 		// The dry run refuses the same.
-		if _, err := f.admin.Skip(ctx, f.db.Pool, c.filter, outbox.ChangeOptions{DryRun: true}); !errors.As(err, &refused) {
+		if _, err := f.admin.Skip(ctx, f.db.Pool, c.filter, outboxadmin.ChangeOptions{DryRun: true}); !errors.As(err, &refused) {
 			t.Errorf("dry run of a skip of %s: %v, want a refusal", c.name, err)
 		}
 	}
-	if _, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{Statuses: []outbox.Status{"failed"}}, outbox.ChangeOptions{By: "op"}); !errors.Is(err, outbox.ErrNoSelection) {
+	if _, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{Statuses: []outbox.Status{"failed"}}, outboxadmin.ChangeOptions{By: "op"}); !errors.Is(err, outboxadmin.ErrNoSelection) {
 		t.Fatalf("skip without a selection: %v, want ErrNoSelection", err)
 	}
-	if _, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a}, outbox.ChangeOptions{}); err == nil {
+	if _, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a}, outboxadmin.ChangeOptions{}); err == nil {
 		t.Fatal("skip without By was accepted")
 	}
 	if st := f.status(t, "A2"); st != "failed" || countJobs(t, f.db, "") != 0 {
@@ -51,7 +52,7 @@ func TestAdminSkip(t *testing.T) {
 	}
 
 	// Dry run: A2, the one failed event of A; nothing changes.
-	dry, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a}, outbox.ChangeOptions{DryRun: true})
+	dry, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a}, outboxadmin.ChangeOptions{DryRun: true})
 	if err != nil || !dry.DryRun || !slices.Equal(f.names(dry.Events), []string{"A2"}) || dry.JobID != 0 {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
@@ -59,12 +60,12 @@ func TestAdminSkip(t *testing.T) {
 		t.Fatalf("the dry run changed A2 (%s) or recorded a job", st)
 	}
 
-	ch, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{AggregateID: &f.a}, outbox.ChangeOptions{By: "carol@host", Note: "customer merged"})
+	ch, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{AggregateID: &f.a}, outboxadmin.ChangeOptions{By: "carol@host", Note: "customer merged"})
 	if err != nil || ch.Action != "skip" || ch.Count != 1 || ch.JobID == 0 || ch.Events[0].Outcome != "skipped" || ch.Events[0].Status != "skipped" {
 		t.Fatalf("skip: %+v, %v", ch, err)
 	}
 	// The row stays, with its evidence.
-	evs, err := f.admin.List(ctx, f.db.Pool, outbox.Filter{IDs: []int64{f.ids["A2"]}})
+	evs, err := f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["A2"]}})
 	if err != nil || len(evs) != 1 || evs[0].Status != "skipped" || evs[0].Attempts != 10 || evs[0].LastError == nil || !strings.Contains(*evs[0].LastError, "422") {
 		t.Fatalf("A2 after the skip: %+v, %v", evs, err)
 	}
@@ -98,11 +99,11 @@ func TestAdminSkip(t *testing.T) {
 		t.Fatalf("skip job: owner %q params %s result %s", owner, params, result)
 	}
 	// Skipped once, it is not failed any more: a second skip of it is refused.
-	if _, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{IDs: []int64{f.ids["A2"]}}, outbox.ChangeOptions{By: "op"}); !errors.As(err, &refused) {
+	if _, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["A2"]}}, outboxadmin.ChangeOptions{By: "op"}); !errors.As(err, &refused) {
 		t.Fatalf("second skip: %v, want a refusal", err)
 	}
 	// It stays until acknowledged.
-	ack, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{IDs: []int64{f.ids["A2"]}}, outbox.ChangeOptions{By: "op"})
+	ack, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["A2"]}}, outboxadmin.ChangeOptions{By: "op"})
 	if err != nil || ack.Count != 1 || f.status(t, "A2") != "" {
 		t.Fatalf("ack of the skipped event: %+v, %v; A2 %q", ack, err, f.status(t, "A2"))
 	}
@@ -124,11 +125,11 @@ func TestAdminSkipDiverged(t *testing.T) {
 	f := newConsumerFixture(t)
 	ctx := t.Context()
 	// S2 is pending (search retries it): not failed, refused by id.
-	var refused *outbox.RefusedError
-	if _, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{IDs: []int64{f.ids["S2"]}}, outbox.ChangeOptions{By: "op"}); !errors.As(err, &refused) {
+	var refused *outboxadmin.RefusedError
+	if _, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["S2"]}}, outboxadmin.ChangeOptions{By: "op"}); !errors.As(err, &refused) {
 		t.Fatalf("skip of S2: %v, want a refusal", err)
 	}
-	ch, err := f.admin.Skip(ctx, f.db.Pool, outbox.Filter{EventType: "entity.customer.*"}, outbox.ChangeOptions{By: "op"})
+	ch, err := f.admin.Skip(ctx, f.db.Pool, outboxadmin.Filter{EventType: "entity.customer.*"}, outboxadmin.ChangeOptions{By: "op"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestAdminSkipDiverged(t *testing.T) {
 		t.Errorf("failed per consumer after the skip: %v", failed)
 	}
 	// Acknowledged, the rows go with the event.
-	if _, err := f.admin.Ack(ctx, f.db.Pool, outbox.Filter{IDs: []int64{f.ids["S1"]}}, outbox.ChangeOptions{By: "op"}); err != nil || len(f.deliveries(t, "S1")) != 0 {
+	if _, err := f.admin.Ack(ctx, f.db.Pool, outboxadmin.Filter{IDs: []int64{f.ids["S1"]}}, outboxadmin.ChangeOptions{By: "op"}); err != nil || len(f.deliveries(t, "S1")) != 0 {
 		t.Fatalf("ack of skipped S1: %v, rows %v", err, f.deliveries(t, "S1"))
 	}
 }

@@ -1,8 +1,10 @@
-package outbox
+package outboxadmin
 
 import (
 	"slices"
 	"time"
+
+	"github.com/searchsync/searchsync/outbox"
 )
 
 // DeliveryState is the state of one consumer's row of an event in
@@ -36,7 +38,7 @@ type Delivery struct {
 // consumer name). With Filter.Consumer an event without delivery rows gets
 // that consumer's shared state (Delivery.Shared).
 type Listed struct {
-	Event
+	outbox.Event
 	Deliveries []Delivery `json:"deliveries,omitempty"`
 }
 
@@ -73,12 +75,12 @@ func (a *Admin) Deliveries(l Listed) []Delivery {
 		}
 		d := Delivery{Consumer: c, Attempts: l.Attempts, LastError: l.LastError, AvailableAt: l.AvailableAt, Shared: true}
 		switch l.Status {
-		case StatusDispatched:
+		case outbox.StatusDispatched:
 			d.State, d.DeliveredAt = DeliveryDone, l.DispatchedAt
-		case StatusFailed:
+		case outbox.StatusFailed:
 			d.State = DeliveryFailed
-		case StatusSkipped:
-			d.State = DeliveryState(StatusSkipped)
+		case outbox.StatusSkipped:
+			d.State = DeliveryState(outbox.StatusSkipped)
 		default:
 			d.State = DeliveryPending
 		}

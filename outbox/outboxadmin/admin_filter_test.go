@@ -1,4 +1,4 @@
-package outbox_test
+package outboxadmin_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
 
 // Filter.Error, Filter.Kinds and Filter.Index on the consumer fixture (see
@@ -19,33 +20,33 @@ func TestAdminListErrorAndKinds(t *testing.T) {
 	failed := []outbox.Status{outbox.StatusFailed}
 	for _, tc := range []struct {
 		name   string
-		filter outbox.Filter
+		filter outboxadmin.Filter
 		want   []string
 	}{
 		// Without a consumer: the outbox row's last_error, any case, anywhere.
-		{"error, case and substring", outbox.Filter{Error: "MAPPER_parsing"}, []string{"S3"}},
-		{"error ?", outbox.Filter{Error: "HTTP 4??"}, []string{"S1", "S2", "U1", "U2"}},
-		{"error * and status", outbox.Filter{Error: "webhook: http 4*", Statuses: failed}, []string{"S1", "U2"}},
-		{"error %_ are literal", outbox.Filter{Error: "HTTP_4%"}, nil},
-		{"error, no match", outbox.Filter{Error: "schema_version"}, nil},
+		{"error, case and substring", outboxadmin.Filter{Error: "MAPPER_parsing"}, []string{"S3"}},
+		{"error ?", outboxadmin.Filter{Error: "HTTP 4??"}, []string{"S1", "S2", "U1", "U2"}},
+		{"error * and status", outboxadmin.Filter{Error: "webhook: http 4*", Statuses: failed}, []string{"S1", "U2"}},
+		{"error %_ are literal", outboxadmin.Filter{Error: "HTTP_4%"}, nil},
+		{"error, no match", outboxadmin.Filter{Error: "schema_version"}, nil},
 		// With a consumer: its delivery row's last_error, or the outbox
 		// row's when the event has none.
-		{"search, its row", outbox.Filter{Consumer: "search", Error: "http 503"}, []string{"S2"}},
-		{"search, shared row", outbox.Filter{Consumer: "search", Error: "HTTP 400"}, []string{"U1"}},
-		{"search, not the outbox row of a split event", outbox.Filter{Consumer: "search", Error: "422"}, nil},
-		{"webhook, its rows", outbox.Filter{Consumer: "webhook", Error: "422"}, []string{"S1", "S2"}},
-		{"webhook, its row is done", outbox.Filter{Consumer: "webhook", Error: "mapper"}, nil},
-		{"webhook, shared rows", outbox.Filter{Consumer: "webhook", Error: "HTTP 4?0"}, []string{"U1", "U2"}},
+		{"search, its row", outboxadmin.Filter{Consumer: "search", Error: "http 503"}, []string{"S2"}},
+		{"search, shared row", outboxadmin.Filter{Consumer: "search", Error: "HTTP 400"}, []string{"U1"}},
+		{"search, not the outbox row of a split event", outboxadmin.Filter{Consumer: "search", Error: "422"}, nil},
+		{"webhook, its rows", outboxadmin.Filter{Consumer: "webhook", Error: "422"}, []string{"S1", "S2"}},
+		{"webhook, its row is done", outboxadmin.Filter{Consumer: "webhook", Error: "mapper"}, nil},
+		{"webhook, shared rows", outboxadmin.Filter{Consumer: "webhook", Error: "HTTP 4?0"}, []string{"U1", "U2"}},
 		// Kinds: any of them; "" aggregate type matches any.
-		{"kinds", outbox.Filter{Kinds: []outbox.Kind{{EventType: "entity.customer.*"}}}, []string{"S1", "S2", "S3", "U1", "P1", "D1"}},
-		{"kinds, two", outbox.Filter{Kinds: []outbox.Kind{{EventType: "role.granted"}, {EventType: "entity.customer.created"}}},
+		{"kinds", outboxadmin.Filter{Kinds: []outboxadmin.Kind{{EventType: "entity.customer.*"}}}, []string{"S1", "S2", "S3", "U1", "P1", "D1"}},
+		{"kinds, two", outboxadmin.Filter{Kinds: []outboxadmin.Kind{{EventType: "role.granted"}, {EventType: "entity.customer.created"}}},
 			[]string{"U2", "P1", "D1"}},
-		{"kinds, aggregate type", outbox.Filter{Kinds: []outbox.Kind{{EventType: "role.*", AggregateType: "AA_*"}}}, []string{"U2", "P2"}},
-		{"kinds, aggregate type mismatch", outbox.Filter{Kinds: []outbox.Kind{{EventType: "role.*", AggregateType: "DDM_*"}}}, nil},
-		{"kinds, empty: nothing", outbox.Filter{Kinds: []outbox.Kind{}}, nil},
-		{"kinds and event type", outbox.Filter{Kinds: []outbox.Kind{{EventType: "entity.*"}}, EventType: "*.created"}, []string{"P1", "D1"}},
-		{"kinds, consumer", outbox.Filter{Consumer: "webhook", Kinds: []outbox.Kind{{EventType: "entity.*"}}}, []string{"S1", "S2", "U1", "P1"}},
-		{"kinds, consumer and error", outbox.Filter{Consumer: "webhook", Kinds: []outbox.Kind{{EventType: "entity.*"}}, Error: "HTTP 4"},
+		{"kinds, aggregate type", outboxadmin.Filter{Kinds: []outboxadmin.Kind{{EventType: "role.*", AggregateType: "AA_*"}}}, []string{"U2", "P2"}},
+		{"kinds, aggregate type mismatch", outboxadmin.Filter{Kinds: []outboxadmin.Kind{{EventType: "role.*", AggregateType: "DDM_*"}}}, nil},
+		{"kinds, empty: nothing", outboxadmin.Filter{Kinds: []outboxadmin.Kind{}}, nil},
+		{"kinds and event type", outboxadmin.Filter{Kinds: []outboxadmin.Kind{{EventType: "entity.*"}}, EventType: "*.created"}, []string{"P1", "D1"}},
+		{"kinds, consumer", outboxadmin.Filter{Consumer: "webhook", Kinds: []outboxadmin.Kind{{EventType: "entity.*"}}}, []string{"S1", "S2", "U1", "P1"}},
+		{"kinds, consumer and error", outboxadmin.Filter{Consumer: "webhook", Kinds: []outboxadmin.Kind{{EventType: "entity.*"}}, Error: "HTTP 4"},
 			[]string{"S1", "S2", "U1"}},
 	} {
 		evs, err := f.admin.List(ctx, f.db.Pool, tc.filter)
@@ -56,7 +57,7 @@ func TestAdminListErrorAndKinds(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if !(outbox.Filter{Error: "x"}).Narrows() || !(outbox.Filter{Kinds: []outbox.Kind{}}).Narrows() || !(outbox.Filter{Index: "x"}).Narrows() {
+	if !(outboxadmin.Filter{Error: "x"}).Narrows() || !(outboxadmin.Filter{Kinds: []outboxadmin.Kind{}}).Narrows() || !(outboxadmin.Filter{Index: "x"}).Narrows() {
 		t.Error("Error, Kinds and Index narrow a selection")
 	}
 }
@@ -65,23 +66,23 @@ func TestAdminListIndex(t *testing.T) {
 	t.Parallel()
 	f := newConsumerFixture(t)
 	ctx := t.Context()
-	admin := f.admin.WithIndexes([]outbox.Index{
-		{Name: "customers", Consumers: []string{"search"}, Kinds: []outbox.Kind{{EventType: "entity.customer.*", AggregateType: "DDM_ENTITY"}}},
-		{Name: "roles", Consumers: []string{"search", "webhook"}, Kinds: []outbox.Kind{{EventType: "role.*"}}},
+	admin := f.admin.WithIndexes([]outboxadmin.Index{
+		{Name: "customers", Consumers: []string{"search"}, Kinds: []outboxadmin.Kind{{EventType: "entity.customer.*", AggregateType: "DDM_ENTITY"}}},
+		{Name: "roles", Consumers: []string{"search", "webhook"}, Kinds: []outboxadmin.Kind{{EventType: "role.*"}}},
 		{Name: "empty", Consumers: []string{"search"}},
 		{Name: "odd", Consumers: []string{"search"}, Problem: `projection p: event_types pattern "a[bc]" uses [ ]`},
 	})
 	for _, tc := range []struct {
 		name   string
-		filter outbox.Filter
+		filter outboxadmin.Filter
 		want   []string
 	}{
 		// One consumer writes customers: what search owes of its kinds.
-		{"customers", outbox.Filter{Index: "customers"}, []string{"S2", "S3", "U1", "P1"}},
-		{"customers, failed, error", outbox.Filter{Index: "customers", Statuses: []outbox.Status{"failed"}, Error: "mapper"}, []string{"S3"}},
+		{"customers", outboxadmin.Filter{Index: "customers"}, []string{"S2", "S3", "U1", "P1"}},
+		{"customers, failed, error", outboxadmin.Filter{Index: "customers", Statuses: []outbox.Status{"failed"}, Error: "mapper"}, []string{"S3"}},
 		// Two write roles: the events as a whole.
-		{"roles", outbox.Filter{Index: "roles"}, []string{"U2", "P2"}},
-		{"roles for webhook", outbox.Filter{Index: "roles", Consumer: "webhook", Statuses: []outbox.Status{"failed"}}, []string{"U2"}},
+		{"roles", outboxadmin.Filter{Index: "roles"}, []string{"U2", "P2"}},
+		{"roles for webhook", outboxadmin.Filter{Index: "roles", Consumer: "webhook", Statuses: []outbox.Status{"failed"}}, []string{"U2"}},
 	} {
 		evs, err := admin.List(ctx, f.db.Pool, tc.filter)
 		if err != nil {
@@ -92,24 +93,24 @@ func TestAdminListIndex(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		filter outbox.Filter
+		filter outboxadmin.Filter
 		want   string
 	}{
-		{outbox.Filter{Index: "orders"}, `unknown index "orders"; the indexes of the search consumers are customers, roles, empty, odd`},
-		{outbox.Filter{Index: "customers", Consumer: "webhook"}, `index "customers": consumer webhook does not write it (search does)`},
-		{outbox.Filter{Index: "empty"}, `index "empty": no projection writes it`},
-		{outbox.Filter{Index: "odd"}, `uses [ ]`},
+		{outboxadmin.Filter{Index: "orders"}, `unknown index "orders"; the indexes of the search consumers are customers, roles, empty, odd`},
+		{outboxadmin.Filter{Index: "customers", Consumer: "webhook"}, `index "customers": consumer webhook does not write it (search does)`},
+		{outboxadmin.Filter{Index: "empty"}, `index "empty": no projection writes it`},
+		{outboxadmin.Filter{Index: "odd"}, `uses [ ]`},
 	} {
 		_, err := admin.List(ctx, f.db.Pool, tc.filter)
-		var ie *outbox.UnknownIndexError
+		var ie *outboxadmin.UnknownIndexError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an *UnknownIndexError with %q", tc.filter, err, tc.want)
 		}
-		if _, err := admin.Retry(ctx, f.db.Pool, tc.filter, outbox.ChangeOptions{By: "op"}); !errors.As(err, &ie) {
+		if _, err := admin.Retry(ctx, f.db.Pool, tc.filter, outboxadmin.ChangeOptions{By: "op"}); !errors.As(err, &ie) {
 			t.Errorf("retry %+v: %v, want an *UnknownIndexError", tc.filter, err)
 		}
 	}
-	if _, err := f.admin.List(ctx, f.db.Pool, outbox.Filter{Index: "customers"}); err == nil ||
+	if _, err := f.admin.List(ctx, f.db.Pool, outboxadmin.Filter{Index: "customers"}); err == nil ||
 		!strings.Contains(err.Error(), "no search consumer writes an index") {
 		t.Errorf("index without WithIndexes: %v", err)
 	}
@@ -118,12 +119,12 @@ func TestAdminListIndex(t *testing.T) {
 func TestAdminRetryByError(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	opts := outbox.ChangeOptions{By: "op"}
+	opts := outboxadmin.ChangeOptions{By: "op"}
 
 	// Without a consumer: the failed events and the events with a failed
 	// delivery row whose outbox last_error matches.
 	f := newConsumerFixture(t)
-	ch, err := f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Error: "webhook: HTTP 4??"}, opts)
+	ch, err := f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Error: "webhook: HTTP 4??"}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestAdminRetryByError(t *testing.T) {
 
 	// For one consumer: its failed rows whose own last_error matches.
 	f = newConsumerFixture(t)
-	ch, err = f.admin.Retry(ctx, f.db.Pool, outbox.Filter{Consumer: "search", Error: "mapper_parsing_exception"}, opts)
+	ch, err = f.admin.Retry(ctx, f.db.Pool, outboxadmin.Filter{Consumer: "search", Error: "mapper_parsing_exception"}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,19 +183,19 @@ func TestMatchErrorAndKind(t *testing.T) {
 		{"webhook:*", "search: x", false},
 		{"x", "", false},
 	} {
-		if got := outbox.MatchError(tc.pattern, tc.s); got != tc.want {
+		if got := outboxadmin.MatchError(tc.pattern, tc.s); got != tc.want {
 			t.Errorf("MatchError(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {
-		k            outbox.Kind
+		k            outboxadmin.Kind
 		etype, atype string
 		want         bool
 	}{
-		{outbox.Kind{EventType: "entity.customer.*"}, "entity.customer.updated", "ANY", true},
-		{outbox.Kind{EventType: "entity.customer.*", AggregateType: "DDM_ENTITY"}, "entity.customer.updated", "AA_ROLE", false},
-		{outbox.Kind{EventType: "role.?ranted"}, "role.granted", "AA_ROLE", true},
-		{outbox.Kind{EventType: "role.*"}, "entity.role", "AA_ROLE", false},
+		{outboxadmin.Kind{EventType: "entity.customer.*"}, "entity.customer.updated", "ANY", true},
+		{outboxadmin.Kind{EventType: "entity.customer.*", AggregateType: "DDM_ENTITY"}, "entity.customer.updated", "AA_ROLE", false},
+		{outboxadmin.Kind{EventType: "role.?ranted"}, "role.granted", "AA_ROLE", true},
+		{outboxadmin.Kind{EventType: "role.*"}, "entity.role", "AA_ROLE", false},
 	} {
 		if got := tc.k.Matches(tc.etype, tc.atype); got != tc.want {
 			t.Errorf("%+v.Matches(%q, %q) = %v, want %v", tc.k, tc.etype, tc.atype, got, tc.want)

@@ -1,4 +1,4 @@
-package outbox
+package outboxadmin
 
 import (
 	"cmp"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/outbox"
 )
 
 // The operator actions list, retry, ack and skip (their SQL and the package
@@ -29,7 +31,7 @@ func (a *Admin) List(ctx context.Context, db DB, f Filter) ([]Listed, error) {
 	f.Limit = cmp.Or(f.Limit, 100)
 	var evs []Listed
 	if f.Consumer != "" {
-		states, serr := consumerStates(f.Statuses, []Status{StatusPending, StatusFailed}, "list")
+		states, serr := consumerStates(f.Statuses, []outbox.Status{outbox.StatusPending, outbox.StatusFailed}, "list")
 		if serr != nil {
 			return nil, serr
 		}
@@ -46,18 +48,18 @@ func (a *Admin) List(ctx context.Context, db DB, f Filter) ([]Listed, error) {
 	return evs, nil
 }
 
-func scanEvent(row pgx.CollectableRow) (Event, error) {
-	var e Event
+func scanEvent(row pgx.CollectableRow) (outbox.Event, error) {
+	var e outbox.Event
 	var st string
 	err := row.Scan(&e.ID, &e.TenantID, &e.EventType, &e.SchemaVersion, &e.AggregateType, &e.AggregateID, &e.AuditLogID,
 		&e.CorrelationID, &e.Payload, &st, &e.Attempts, &e.LastError, &e.AvailableAt, &e.DispatchedAt, &e.CreatedAt, &e.CreatedBy)
-	e.Status = Status(st)
+	e.Status = outbox.Status(st)
 	return e, err
 }
 
 // consumerStates checks statuses given with a consumer: they are the
 // consumer's states, pending or failed (def when none is given).
-func consumerStates(statuses, def []Status, action string) ([]string, error) {
+func consumerStates(statuses, def []outbox.Status, action string) ([]string, error) {
 	if len(statuses) == 0 {
 		statuses = def
 	}
@@ -71,7 +73,7 @@ func consumerStates(statuses, def []Status, action string) ([]string, error) {
 	return out, nil
 }
 
-func joinStatuses(ss []Status) string {
+func joinStatuses(ss []outbox.Status) string {
 	var out []string
 	for _, s := range ss {
 		out = append(out, string(s))
@@ -156,9 +158,9 @@ func (a *Admin) loadDeliveries(ctx context.Context, db DB, evs []Listed, consume
 	return nil
 }
 
-func sharedDelivery(consumer string, e *Event) Delivery {
+func sharedDelivery(consumer string, e *outbox.Event) Delivery {
 	st := DeliveryState(e.Status)
-	if e.Status == StatusDispatched {
+	if e.Status == outbox.StatusDispatched {
 		st = DeliveryDone
 	}
 	return Delivery{Consumer: consumer, State: st, Attempts: e.Attempts, LastError: e.LastError, AvailableAt: e.AvailableAt,
@@ -213,7 +215,7 @@ type ChangedEvent struct {
 // admin.go).
 func (a *Admin) Retry(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*Change, error) {
 	for _, s := range f.Statuses {
-		if s != StatusFailed {
+		if s != outbox.StatusFailed {
 			return nil, refusef("outbox: retry applies to failed events only, not %s", s)
 		}
 	}
@@ -226,7 +228,7 @@ func (a *Admin) Retry(ctx context.Context, db DB, f Filter, opts ChangeOptions) 
 // admin.go).
 func (a *Admin) Ack(ctx context.Context, db DB, f Filter, opts ChangeOptions) (*Change, error) {
 	for _, s := range f.Statuses {
-		if s != StatusFailed && (s != StatusSkipped || f.Consumer != "") {
+		if s != outbox.StatusFailed && (s != outbox.StatusSkipped || f.Consumer != "") {
 			if f.Consumer != "" {
 				return nil, refusef("outbox: ack for a consumer applies to its failed deliveries only, not %s", s)
 			}
@@ -249,7 +251,7 @@ func (a *Admin) Skip(ctx context.Context, db DB, f Filter, opts ChangeOptions) (
 		return nil, refusef("outbox: skip takes no consumer: to mark one consumer's failed delivery done without delivering it, ack it for that consumer (outbox ack --consumer %s)", f.Consumer)
 	}
 	for _, s := range f.Statuses {
-		if s != StatusFailed {
+		if s != outbox.StatusFailed {
 			return nil, refusef("outbox: skip applies to failed events only, not %s", s)
 		}
 	}
@@ -332,10 +334,10 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 	case action == "ack" && f.Consumer == "":
 		statuses = f.statusStrings()
 		if len(statuses) == 0 {
-			statuses = []string{string(StatusFailed), string(StatusSkipped)}
+			statuses = []string{string(outbox.StatusFailed), string(outbox.StatusSkipped)}
 		}
 	case action == "skip":
-		statuses = []string{string(StatusFailed)}
+		statuses = []string{string(outbox.StatusFailed)}
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var (
@@ -344,7 +346,7 @@ func (a *Admin) change(ctx context.Context, db DB, action string, f Filter, opts
 		)
 		switch {
 		case f.Consumer != "":
-			evs, err = a.selectOwed(ctx, tx, f, []string{string(StatusFailed)}, lock)
+			evs, err = a.selectOwed(ctx, tx, f, []string{string(outbox.StatusFailed)}, lock)
 		case action == "retry":
 			args := f.args()
 			args[1] = nil // the statuses are failed only, and the selection takes failed delivery rows too
@@ -434,7 +436,7 @@ func (a *Admin) checkNamed(ctx context.Context, tx pgx.Tx, f Filter, taken []Cha
 	if err != nil {
 		return fmt.Errorf("read the events named: %w", err)
 	}
-	status := map[int64]Status{}
+	status := map[int64]outbox.Status{}
 	for _, e := range evs {
 		status[e.ID] = e.Status
 	}
@@ -443,7 +445,7 @@ func (a *Admin) checkNamed(ctx context.Context, tx pgx.Tx, f Filter, taken []Cha
 		switch st, ok := status[id]; {
 		case !ok:
 			why = append(why, fmt.Sprintf("event %d is not in the outbox", id))
-		case st == StatusFailed:
+		case st == outbox.StatusFailed:
 			why = append(why, fmt.Sprintf("event %d is failed but not selected (the filter leaves it out, or a consumer still has it pending)", id))
 		default:
 			why = append(why, fmt.Sprintf("event %d is %s", id, st))
@@ -475,11 +477,11 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 		split := e.split()
 		switch {
 		case action == "retry" && !split:
-			if e.Status != StatusFailed || (consumer != "" && !a.routing.Routed(consumer, e.EventType, e.AggregateType)) {
+			if e.Status != outbox.StatusFailed || (consumer != "" && !a.routing.Routed(consumer, e.EventType, e.AggregateType)) {
 				continue
 			}
 			p.retryWhole = append(p.retryWhole, e.ID)
-			e.Status, e.Attempts, e.AvailableAt = StatusPending, 0, now
+			e.Status, e.Attempts, e.AvailableAt = outbox.StatusPending, 0, now
 			ce.Outcome = "retried"
 		case action == "retry":
 			var names []string
@@ -501,7 +503,7 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 		case action == "skip":
 			// (A failed outbox row has no pending delivery row: it would be
 			// pending. One that has is the relay's, not a skip's.)
-			if e.Status != StatusFailed || slices.ContainsFunc(e.Deliveries, func(d Delivery) bool { return d.State == DeliveryPending }) {
+			if e.Status != outbox.StatusFailed || slices.ContainsFunc(e.Deliveries, func(d Delivery) bool { return d.State == DeliveryPending }) {
 				continue
 			}
 			var names []string
@@ -513,7 +515,7 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 				}
 			}
 			p.skip = append(p.skip, e.ID)
-			e.Status = StatusSkipped
+			e.Status = outbox.StatusSkipped
 			ce.Outcome = "skipped"
 			if len(names) > 0 {
 				ce.Outcome += "; " + strings.Join(names, ", ") + " marked done, not delivered"
@@ -545,7 +547,7 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 			}
 		default:
 			// An ack for one consumer of a failed event without delivery rows.
-			if e.Status != StatusFailed || !a.routing.Routed(consumer, e.EventType, e.AggregateType) {
+			if e.Status != outbox.StatusFailed || !a.routing.Routed(consumer, e.EventType, e.AggregateType) {
 				continue
 			}
 			var others []string
@@ -582,7 +584,7 @@ func (a *Admin) plan(action, consumer string, evs []Listed) *plan {
 
 // summarise sets the report's outbox row from its delivery rows as
 // summariseSQL does.
-func summarise(e *Event, ds []Delivery) {
+func summarise(e *outbox.Event, ds []Delivery) {
 	var pending, failed bool
 	var next time.Time
 	attempts := 0
@@ -600,9 +602,9 @@ func summarise(e *Event, ds []Delivery) {
 	}
 	switch {
 	case pending:
-		e.Status, e.AvailableAt = StatusPending, next
+		e.Status, e.AvailableAt = outbox.StatusPending, next
 	case failed:
-		e.Status = StatusFailed
+		e.Status = outbox.StatusFailed
 	}
 	e.Attempts = attempts
 }
@@ -692,14 +694,14 @@ func auditParams(f Filter, statuses []string, opts ChangeOptions) map[string]any
 // auditEvent is one event described in an aa_job result: the outbox row as
 // it was before the change, and what the change did.
 type auditEvent struct {
-	ID            int64      `json:"id"`
-	Status        Status     `json:"status"`
-	EventType     string     `json:"event_type"`
-	AggregateType string     `json:"aggregate_type"`
-	AggregateID   *uuid.UUID `json:"aggregate_id"`
-	Attempts      int        `json:"attempts"`
-	LastError     *string    `json:"last_error"`
-	CreatedAt     time.Time  `json:"created_at"`
+	ID            int64         `json:"id"`
+	Status        outbox.Status `json:"status"`
+	EventType     string        `json:"event_type"`
+	AggregateType string        `json:"aggregate_type"`
+	AggregateID   *uuid.UUID    `json:"aggregate_id"`
+	Attempts      int           `json:"attempts"`
+	LastError     *string       `json:"last_error"`
+	CreatedAt     time.Time     `json:"created_at"`
 	// Deliveries are the event's delivery rows before the change.
 	Deliveries []Delivery `json:"deliveries,omitempty"`
 	Outcome    string     `json:"outcome"`

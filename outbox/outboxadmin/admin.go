@@ -1,4 +1,4 @@
-package outbox
+package outboxadmin
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/routing"
 )
 
@@ -115,7 +116,7 @@ type Filter struct {
 	// Statuses are outbox row statuses; with Consumer they are the
 	// consumer's states instead (pending or failed: its delivery row's state,
 	// or the outbox row's when the event has no delivery rows).
-	Statuses []Status
+	Statuses []outbox.Status
 	// Consumer restricts the selection to what this consumer owes or parked
 	// (see "One consumer" above). It needs Admin.WithRouting.
 	Consumer string
@@ -414,7 +415,7 @@ func newAdminQueries(schema string) adminQueries {
 		consumerStates:   r.Replace(consumerStatesSQL),
 		recordJob:        r.Replace(recordJobSQL),
 		notify:           `SELECT pg_notify($1, '')`,
-		channel:          Channel(schema),
+		channel:          outbox.Channel(schema),
 	}
 }
 
@@ -426,14 +427,14 @@ type Admin struct {
 	indexes []Index
 }
 
-// NewAdmin returns the operator queries for schema (default "mdm").
-func NewAdmin(schema string) *Admin {
+// New returns the operator queries for schema (default "mdm").
+func New(schema string) *Admin {
 	schema = cmp.Or(schema, "mdm")
 	return &Admin{schema: schema, q: newAdminQueries(schema)}
 }
 
 // WithRouting returns a copy of a that knows the consumers and routes: what
-// Filter.Consumer and the per-consumer views need. The outbox package does
+// Filter.Consumer and the per-consumer views need. This package does
 // not read the configuration; the caller gives the routing table built from
 // it.
 func (a *Admin) WithRouting(t *routing.Table) *Admin {
@@ -549,9 +550,9 @@ func (a *Admin) CheckConsumer(name string) error {
 // (package lag), which `searchsync outbox status`, `status`, /metrics and
 // the console all read.
 type StatusReport struct {
-	At       time.Time        `json:"at"`
-	Total    int64            `json:"total"`
-	ByStatus map[Status]int64 `json:"by_status"`
+	At       time.Time               `json:"at"`
+	Total    int64                   `json:"total"`
+	ByStatus map[outbox.Status]int64 `json:"by_status"`
 	// AggregateTypes has one entry per aggregate_type, by name.
 	AggregateTypes []TypeCounts `json:"aggregate_types"`
 	// OldestPending is the created_at of the oldest pending event (nil when
@@ -585,17 +586,17 @@ type ConsumerStatus struct {
 
 // TypeCounts are the counts of one aggregate_type.
 type TypeCounts struct {
-	AggregateType    string           `json:"aggregate_type"`
-	ByStatus         map[Status]int64 `json:"by_status"`
-	OldestPending    *time.Time       `json:"oldest_pending"`
-	OldestPendingAge float64          `json:"oldest_pending_age_seconds"`
+	AggregateType    string                  `json:"aggregate_type"`
+	ByStatus         map[outbox.Status]int64 `json:"by_status"`
+	OldestPending    *time.Time              `json:"oldest_pending"`
+	OldestPendingAge float64                 `json:"oldest_pending_age_seconds"`
 }
 
 // Status counts events by status and aggregate_type and lists the
 // consumers that are not configured but still have rows (StatusReport).
 func (a *Admin) Status(ctx context.Context, db DB) (*StatusReport, error) {
-	rep := &StatusReport{ByStatus: map[Status]int64{}, AggregateTypes: []TypeCounts{}}
-	for _, s := range []Status{StatusPending, StatusDispatched, StatusFailed, StatusSkipped} {
+	rep := &StatusReport{ByStatus: map[outbox.Status]int64{}, AggregateTypes: []TypeCounts{}}
+	for _, s := range []outbox.Status{outbox.StatusPending, outbox.StatusDispatched, outbox.StatusFailed, outbox.StatusSkipped} {
 		rep.ByStatus[s] = 0
 	}
 	rows, err := db.Query(ctx, a.q.statusCounts)
@@ -610,13 +611,13 @@ func (a *Admin) Status(ctx context.Context, db DB) (*StatusReport, error) {
 	_, err = pgx.ForEachRow(rows, []any{&atype, &status, &n, &oldest, &now}, func() error {
 		rep.At = now
 		if len(rep.AggregateTypes) == 0 || rep.AggregateTypes[len(rep.AggregateTypes)-1].AggregateType != atype {
-			rep.AggregateTypes = append(rep.AggregateTypes, TypeCounts{AggregateType: atype, ByStatus: map[Status]int64{}})
+			rep.AggregateTypes = append(rep.AggregateTypes, TypeCounts{AggregateType: atype, ByStatus: map[outbox.Status]int64{}})
 		}
 		tc := &rep.AggregateTypes[len(rep.AggregateTypes)-1]
-		tc.ByStatus[Status(status)] = n
-		rep.ByStatus[Status(status)] += n
+		tc.ByStatus[outbox.Status(status)] = n
+		rep.ByStatus[outbox.Status(status)] += n
 		rep.Total += n
-		if Status(status) == StatusPending {
+		if outbox.Status(status) == outbox.StatusPending {
 			o := oldest
 			tc.OldestPending, tc.OldestPendingAge = &o, now.Sub(o).Seconds()
 			if rep.OldestPending == nil || o.Before(*rep.OldestPending) {
