@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/searchsync/searchsync/internal/background"
 )
 
 // Scheduler runs the compactor every Config.Interval. Every relay instance
@@ -17,27 +19,26 @@ type Scheduler struct {
 // NewScheduler returns a scheduler for c.
 func NewScheduler(c *Compactor) *Scheduler { return &Scheduler{c: c} }
 
-// Run compacts at start and then every interval until ctx ends; it returns
-// nil at once when the interval is negative (schedule disabled). Failures are
-// logged and retried at the next turn; they never end Run.
+// Name is the scheduler's name among the background services.
+func (s *Scheduler) Name() string { return "compaction scheduler" }
+
+// Run compacts at start and then one interval after each turn ends, until
+// ctx ends; it returns nil at once when the interval is negative (schedule
+// disabled). Failures are logged and retried at the next turn; they never
+// end Run.
 func (s *Scheduler) Run(ctx context.Context) error {
 	interval := s.c.cfg.Interval
-	log := s.c.logger
 	if interval < 0 {
-		log.Info("compaction: schedule disabled (compaction.interval < 0); run `searchsync compact` on demand")
+		s.c.logger.Info("compaction: schedule disabled (compaction.interval < 0); run `searchsync compact` on demand")
 		return nil
 	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		}
-		s.turn(ctx)
-		timer.Reset(interval)
-	}
+	background.Loop{
+		Interval:  interval,
+		Immediate: true,
+		Pace:      func(took time.Duration) time.Duration { return took + interval },
+		Turn:      func(ctx context.Context) error { s.turn(ctx); return nil },
+	}.Run(ctx)
+	return nil
 }
 
 // turn runs the compactor unless a run completed within the last interval.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/searchsync/searchsync/internal/background"
 	"github.com/searchsync/searchsync/internal/metrics"
 	"github.com/searchsync/searchsync/lag"
 )
@@ -118,26 +119,28 @@ func NewHistory(db DB, sampler *lag.Sampler, cfg HistoryConfig, logger *slog.Log
 // Interval is the time between two samples.
 func (h *History) Interval() time.Duration { return h.cfg.Interval }
 
+// Name is the history writer's name among the background services.
+func (h *History) Name() string { return "console history" }
+
 // Run writes a sample every interval until ctx ends, then gives the lease
-// up so that another relay takes over at once.
-func (h *History) Run(ctx context.Context) {
-	t := time.NewTicker(h.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			if err := h.Release(rctx); err != nil {
-				h.logger.Warn("console history: release the lease", "err", err)
-			}
-			return
-		case <-t.C:
-		}
-		if _, err := h.Write(ctx); err != nil && ctx.Err() == nil {
-			h.logger.Warn("console history: write a sample", "err", err)
-		}
+// up so that another relay takes over at once, and returns nil. A failed
+// write is logged and tried again at the next interval.
+func (h *History) Run(ctx context.Context) error {
+	background.Loop{
+		Interval: h.cfg.Interval,
+		Turn: func(ctx context.Context) error {
+			_, err := h.Write(ctx)
+			return err
+		},
+		Logger: h.logger,
+		Failed: "console history: write a sample",
+	}.Run(ctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := h.Release(rctx); err != nil {
+		h.logger.Warn("console history: release the lease", "err", err)
 	}
+	return nil
 }
 
 // historyMaxTrim bounds one trimming DELETE.

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/searchsync/searchsync/internal/background"
 )
 
 // SamplerConfig configures a Sampler.
@@ -44,36 +46,32 @@ func NewSampler(r *Reader, cfg SamplerConfig, logger *slog.Logger) *Sampler {
 	return &Sampler{r: r, cfg: cfg, logger: logger}
 }
 
-// Run samples until ctx ends. A sample waits for the interval, or for
-// maxDuty (5) times as long as the last read took when that is longer, so
-// that a large backlog never keeps the database busy with lag queries for
-// more than a fifth of the time.
+// Name is the sampler's name among the background services.
+func (s *Sampler) Name() string { return "lag sampler" }
+
+// Run samples until ctx ends, then returns nil. A sample waits for the
+// interval, or for maxDuty (5) times as long as the last read took when
+// that is longer, so that a large backlog never keeps the database busy
+// with lag queries for more than a fifth of the time.
 //
 // A failing sample is logged once (WARN) until one succeeds again (INFO),
 // not at every interval: a lost database would otherwise write a line
 // every few seconds beside the relay's own.
-func (s *Sampler) Run(ctx context.Context) {
-	failing := false
-	for {
-		start := time.Now()
-		_, err := s.Sample(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			s.logger.Warn("lag sample failed; retrying every interval (logged again when it recovers)", "err", err)
-			failing = true
-		case err != nil && ctx.Err() == nil:
-			s.logger.Debug("lag sample failed", "err", err)
-		case err == nil && failing:
-			s.logger.Info("lag sample recovered")
-			failing = false
-		}
-		wait := max(s.cfg.Interval, maxDuty*time.Since(start)) - time.Since(start)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(max(0, wait)):
-		}
-	}
+func (s *Sampler) Run(ctx context.Context) error {
+	background.Loop{
+		Interval:  s.cfg.Interval,
+		Immediate: true,
+		Pace:      func(took time.Duration) time.Duration { return max(s.cfg.Interval, maxDuty*took) },
+		Turn: func(ctx context.Context) error {
+			_, err := s.Sample(ctx)
+			return err
+		},
+		Logger:      s.logger,
+		Failed:      "lag sample failed; retrying every interval (logged again when it recovers)",
+		FailedAgain: "lag sample failed",
+		Recovered:   "lag sample recovered",
+	}.Run(ctx)
+	return nil
 }
 
 // maxDuty: a sample starts at least maxDuty times its last read's duration

@@ -10,6 +10,7 @@ import (
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/background"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/sink/search"
@@ -142,18 +143,18 @@ func (w *driftWatcher) stats(ctx context.Context, s *dashboard.AliasDrift) {
 	s.StatsError = strings.Join(errs, "; ")
 }
 
-// run re-checks every interval until ctx ends.
-func (w *driftWatcher) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		w.check(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// Name is the watcher's name among the background services.
+func (w *driftWatcher) Name() string { return "drift watcher" }
+
+// Run checks at once and then every http.drift_interval until ctx ends; it
+// returns nil then.
+func (w *driftWatcher) Run(ctx context.Context) error {
+	background.Loop{
+		Interval:  w.cfg.HTTP.DriftInterval,
+		Immediate: true,
+		Turn:      func(ctx context.Context) error { w.check(ctx); return nil },
+	}.Run(ctx)
+	return nil
 }
 
 // current returns the latest messages.

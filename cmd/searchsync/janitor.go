@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/background"
 	"github.com/searchsync/searchsync/reindex"
 )
 
@@ -26,20 +27,23 @@ func newJanitor(pool *pgxpool.Pool, eng indexer.Engine, logger *slog.Logger) *ja
 	return &janitor{pool: pool, eng: eng, logger: logger, interval: 30 * time.Second}
 }
 
-// run cleans up until ctx ends; it returns nil then.
-func (j *janitor) run(ctx context.Context) error {
-	t := time.NewTicker(j.interval)
-	defer t.Stop()
-	for {
-		if gone, err := reindex.Cleanup(ctx, j.pool, j.eng, time.Now(), j.logger); err != nil && ctx.Err() == nil {
-			j.logger.Warn("reindex cleanup failed; trying again next turn", "err", err)
-		} else if len(gone) > 0 {
-			j.logger.Info("reindex cleanup: deleted old indexes", "count", len(gone))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+// Name is the janitor's name among the background services.
+func (j *janitor) Name() string { return "reindex janitor" }
+
+// Run cleans up until ctx ends; it returns nil then.
+func (j *janitor) Run(ctx context.Context) error {
+	background.Loop{
+		Interval:  j.interval,
+		Immediate: true,
+		Turn: func(ctx context.Context) error {
+			gone, err := reindex.Cleanup(ctx, j.pool, j.eng, time.Now(), j.logger)
+			if err == nil && len(gone) > 0 {
+				j.logger.Info("reindex cleanup: deleted old indexes", "count", len(gone))
+			}
+			return err
+		},
+		Logger: j.logger,
+		Failed: "reindex cleanup failed; trying again next turn",
+	}.Run(ctx)
+	return nil
 }

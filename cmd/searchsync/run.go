@@ -17,6 +17,7 @@ import (
 	"github.com/searchsync/searchsync/compaction"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/background"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/migrations"
 	"github.com/searchsync/searchsync/reindex"
@@ -132,22 +133,20 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		return err
 	}
 	obs.newHistory(cfg, pool, r.InstanceID(), logger)
-	background := []actor{{name: "lag sampler", run: func(ctx context.Context) error { obs.sampler.Run(ctx); return nil }},
-		{name: "console history", run: func(ctx context.Context) error { obs.history.Run(ctx); return nil }}}
+	// The background services, each a background.Service, in one stage.
+	services := []background.Service{obs.sampler, obs.history}
 	if sched := compaction.NewScheduler(comp); cfg.Compaction.Interval >= 0 {
-		background = append(background, actor{name: "compaction scheduler", run: sched.Run})
+		services = append(services, sched)
 	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
 		return err
 	}
 	obs.reindex = reindexPanel(pool, drift)
 	for _, srch := range obs.searchables {
-		background = append(background, actor{name: "searchable watcher", run: func(ctx context.Context) error { srch.Run(ctx); return nil }})
+		services = append(services, srch)
 	}
 	if drift != nil {
 		obs.drift = drift.current
-		background = append(background,
-			actor{name: "drift watcher", run: func(ctx context.Context) error { drift.run(ctx, cfg.HTTP.DriftInterval); return nil }},
-			actor{name: "reindex janitor", run: newJanitor(pool, drift.eng, logger).run})
+		services = append(services, drift, newJanitor(pool, drift.eng, logger))
 	}
 
 	var draining atomic.Bool
@@ -161,7 +160,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	sup := newSupervisor(logger)
 	defer sup.stop() // idempotent; stops what started should a step below fail
 	sup.start(ctx, "relay", actor{name: "relay", run: r.Run})
-	sup.start(ctx, "background jobs", background...)
+	sup.start(ctx, "background jobs", serviceActors(services)...)
 	sup.start(ctx, "http server", actor{name: "http server", run: up.run})
 	logger.Info("http: serving the dashboard, /metrics, /healthz and /readyz", "url", "http://"+up.addr()+"/")
 	if hooks.onServing != nil {

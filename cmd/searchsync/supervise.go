@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/searchsync/searchsync/internal/background"
 )
 
 // An actor is one long-running part of `searchsync run`: it works until its
@@ -17,6 +19,16 @@ import (
 type actor struct {
 	name string
 	run  func(ctx context.Context) error
+}
+
+// serviceActors makes actors of background services, each named by its
+// Name.
+func serviceActors(services []background.Service) []actor {
+	out := make([]actor, len(services))
+	for i, s := range services {
+		out[i] = actor{name: s.Name(), run: s.Run}
+	}
+	return out
 }
 
 // supervisor runs the actors of `searchsync run` in stages and stops the

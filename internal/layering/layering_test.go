@@ -24,10 +24,11 @@ type rule struct {
 }
 
 // lower are the packages everything else is built on: the outbox's data
-// model and the events → documents projection, and the engine layer.
+// model and the events → documents projection, the engine layer, and the
+// shape of the background services (internal/background).
 var lower = []string{
 	"outbox", "delivery", "routing", "migrations", "projections", "indexer", "mapping",
-	"internal/secret", "internal/tlsconf", "internal/logging",
+	"internal/secret", "internal/tlsconf", "internal/logging", "internal/background",
 }
 
 // rules are the import layers. docs/lint.md lists them with the depguard

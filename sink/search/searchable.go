@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/internal/background"
 )
 
 // SearchableConfig configures a Searchable.
@@ -108,18 +109,16 @@ func (s *Searchable) Written(index string, committed []time.Time) {
 	}
 }
 
-// Run polls every Interval until ctx ends.
-func (s *Searchable) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Poll(ctx)
-		}
-	}
+// Name is the watcher's name among the background services.
+func (s *Searchable) Name() string { return "searchable watcher" }
+
+// Run polls every Interval until ctx ends, then returns nil.
+func (s *Searchable) Run(ctx context.Context) error {
+	background.Loop{
+		Interval: s.cfg.Interval,
+		Turn:     func(ctx context.Context) error { s.Poll(ctx); return nil },
+	}.Run(ctx)
+	return nil
 }
 
 // Poll reads the refresh counts of every index with writes waiting and
