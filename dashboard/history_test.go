@@ -17,7 +17,7 @@ func newSampler(db *testenv.DB) *lag.Sampler {
 		{Name: "crm-hook", Type: "webhook"},
 	}
 	routes := []config.Route{{Consumer: "search", EventTypes: []string{"*"}}, {Consumer: "crm-hook", EventTypes: []string{"*"}}}
-	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
+	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, config.LagConsumers(consumers), config.Routing(consumers, routes)), lag.SamplerConfig{}, nil)
 }
 
 func countRows(t *testing.T, db *testenv.DB, where string, args ...any) int {

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
+	"github.com/searchsync/searchsync/routing"
 )
 
 // outboxFixture writes events and delivery rows by SQL, the way the relay
@@ -28,14 +28,14 @@ type outboxFixture struct {
 func newFixture(t *testing.T) *outboxFixture {
 	t.Helper()
 	db := testenv.NewDB(t)
-	consumers := []config.Consumer{
-		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
+	consumers := []lag.Consumer{
+		{Name: "search", Type: "search", Indexes: []string{"customers"}},
 		{Name: "crm-hook", Type: "webhook"},
 	}
-	routes := []config.Route{
+	routes := &routing.Table{Routes: []routing.Route{
 		{Consumer: "search", EventTypes: []string{"entity.customer.*"}},
 		{Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}},
-	}
+	}}
 	return &outboxFixture{t: t, db: db, ctx: context.Background(), r: lag.NewReader(db.Pool, db.Schema, consumers, routes)}
 }
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/migrations"
+	"github.com/searchsync/searchsync/routing"
 )
 
 // BenchmarkLagExplainQueries seeds a busy outbox and prints EXPLAIN ANALYZE
@@ -86,14 +86,14 @@ func BenchmarkLagExplainQueries(t *testing.B) {
 	exec(`ANALYZE aa_outbox_event`)
 	exec(`ANALYZE aa_outbox_delivery`)
 
-	consumers := []config.Consumer{
-		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
+	consumers := []Consumer{
+		{Name: "search", Type: "search", Indexes: []string{"customers"}},
 		{Name: "crm-hook", Type: "webhook"},
 	}
-	routes := []config.Route{
+	routes := &routing.Table{Routes: []routing.Route{
 		{Consumer: "search", EventTypes: []string{"entity.customer.*"}},
 		{Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}},
-	}
+	}}
 	r := NewReader(db.Pool, db.Schema, consumers, routes)
 
 	var rw raw

@@ -50,7 +50,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/routing"
 )
 
@@ -268,11 +267,19 @@ type Failure struct {
 	CreatedAt     time.Time  `json:"created_at"`
 }
 
+// Consumer is what the read model knows of a configured consumer: its
+// name, its type and, for a search consumer, the indexes it writes.
+type Consumer struct {
+	Name    string
+	Type    string
+	Indexes []string
+}
+
 // Reader runs the lag queries for one schema and set of consumers.
 type Reader struct {
 	pool      *pgxpool.Pool
 	q         queries
-	consumers []config.Consumer
+	consumers []Consumer
 	routing   *routing.Table
 	// MaxListed bounds the blocked heads and failures listed. Default 20.
 	MaxListed int
@@ -289,9 +296,14 @@ type pausedCount struct {
 	n  int64
 }
 
-// NewReader returns a Reader; consumers and routes come from the configuration.
-func NewReader(pool *pgxpool.Pool, schema string, consumers []config.Consumer, routes []config.Route) *Reader {
-	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routing: config.Routing(consumers, routes), MaxListed: 20,
+// NewReader returns a Reader over the consumers and their routes (nil: no
+// route), as the configuration maps them (config.LagConsumers,
+// Config.Routing).
+func NewReader(pool *pgxpool.Pool, schema string, consumers []Consumer, routes *routing.Table) *Reader {
+	if routes == nil {
+		routes = &routing.Table{}
+	}
+	return &Reader{pool: pool, q: newQueries(schema), consumers: consumers, routing: routes, MaxListed: 20,
 		PausedRefresh: 30 * time.Second, paused: map[string]pausedCount{}}
 }
 

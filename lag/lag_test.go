@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/routing"
 )
 
 func TestLagSnapshotAgreesWithTheTable(t *testing.T) {
@@ -50,14 +50,14 @@ func TestLagSnapshotAgreesWithTheTable(t *testing.T) {
 	exec(`UPDATE aa_outbox_event SET attempts=1, last_error='hook: 503', available_at=now()+interval '1 hour' WHERE id=(SELECT min(id) FROM aa_outbox_event WHERE aggregate_id=$1)`, aggs[2])
 	exec(`UPDATE aa_outbox_event SET created_at = now() - interval '42 seconds' WHERE id=(SELECT min(id) FROM aa_outbox_event WHERE status='pending')`)
 
-	consumers := []config.Consumer{
-		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
+	consumers := []lag.Consumer{
+		{Name: "search", Type: "search", Indexes: []string{"customers"}},
 		{Name: "roles-hook", Type: "webhook"},
 	}
-	routes := []config.Route{
+	routes := &routing.Table{Routes: []routing.Route{
 		{Consumer: "search", EventTypes: []string{"entity.customer.*"}},
 		{Consumer: "roles-hook", AggregateTypes: []string{"AA_ROLE"}},
-	}
+	}}
 	r := lag.NewReader(db.Pool, db.Schema, consumers, routes)
 	s, err := r.Read(ctx)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/searchsync/searchsync/internal/config"
 )
 
 // summary is one snapshot being summed up from the raw rows.
@@ -84,14 +82,12 @@ func (sm *summary) totals(rw *raw) {
 
 // owed fills what consumer c owes: pending (deliverable, backing off, or
 // behind a head, counted there), failed, and its pause.
-func (r *Reader) owed(sm *summary, cl *ConsumerLag, c config.Consumer, rw *raw) {
+func (r *Reader) owed(sm *summary, cl *ConsumerLag, c Consumer, rw *raw) {
 	*cl = ConsumerLag{Name: c.Name, Type: c.Type, State: "running"}
 	if sm.s.Relays.Live == 0 {
 		cl.State = StateNoRelay
 	}
-	if c.Search != nil {
-		cl.Indexes = c.Search.Indexes
-	}
+	cl.Indexes = c.Indexes
 	var owedOldest, delivOldest time.Time
 	// owe counts n pending events the consumer still owes.
 	owe := func(n int64, oldest time.Time, blockedFor []string, ready bool) {

@@ -343,7 +343,7 @@ func newTestSampler(db *testenv.DB) *lag.Sampler {
 		{Name: "crm-hook", Type: "webhook"},
 	}
 	routes := []config.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}}}
-	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
+	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, config.LagConsumers(consumers), config.Routing(consumers, routes)), lag.SamplerConfig{}, nil)
 }
 
 // The operator token of the relays startOperatorRelay starts.

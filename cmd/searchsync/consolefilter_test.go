@@ -90,7 +90,7 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	}
 
 	const token = "filter-test-token"
-	smp := lag.NewSampler(lag.NewReader(db.Pool, db.Schema, cfg.Consumers, cfg.Routes), lag.SamplerConfig{}, nil)
+	smp := lag.NewSampler(lag.NewReader(db.Pool, db.Schema, config.LagConsumers(cfg.Consumers), cfg.Routing()), lag.SamplerConfig{}, nil)
 	if _, err := smp.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}

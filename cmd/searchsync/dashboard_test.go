@@ -238,7 +238,7 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 		{Name: "crm-hook", Type: "webhook"},
 	}
 	routes := []config.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}}}
-	smp := lag.NewSampler(lag.NewReader(db.Pool, db.Schema, consumers, routes), lag.SamplerConfig{}, nil)
+	smp := lag.NewSampler(lag.NewReader(db.Pool, db.Schema, config.LagConsumers(consumers), config.Routing(consumers, routes)), lag.SamplerConfig{}, nil)
 	// A live relay: what holds the events back is the incident, not a
 	// missing relay.
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO aa_relay_instance (id, hostname, pid, partitions, expires_at)

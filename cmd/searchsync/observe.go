@@ -61,7 +61,7 @@ func (o *observer) newSearchable(eng indexer.Engine, consumer string, logger *sl
 func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reader := lag.NewReader(pool, cfg.Database.Schema, cfg.Consumers, cfg.Routes)
+	reader := lag.NewReader(pool, cfg.Database.Schema, config.LagConsumers(cfg.Consumers), cfg.Routing())
 	sampler := lag.NewSampler(reader, lag.SamplerConfig{Interval: cfg.HTTP.SampleInterval}, logger)
 	reg.MustRegister(lag.NewCollector(sampler))
 	public, _ := cfg.HTTP.ParsedPublicURL() // checked with the configuration

@@ -69,7 +69,7 @@ func (c *OutboxStatusCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	r := lag.NewReader(pool, e.cfg.Database.Schema, e.cfg.Consumers, e.cfg.Routes)
+	r := lag.NewReader(pool, e.cfg.Database.Schema, config.LagConsumers(e.cfg.Consumers), e.cfg.Routing())
 	r.MaxListed = c.Blocked
 	snap, err := r.Read(ctx)
 	if err != nil {

@@ -30,7 +30,7 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer pool.Close()
-	s, err := lag.NewReader(pool, e.cfg.Database.Schema, e.cfg.Consumers, e.cfg.Routes).Read(ctx)
+	s, err := lag.NewReader(pool, e.cfg.Database.Schema, config.LagConsumers(e.cfg.Consumers), e.cfg.Routing()).Read(ctx)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/secret"
+	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/routing"
 	"github.com/searchsync/searchsync/sink/nats"
 	"github.com/searchsync/searchsync/sink/webhook"
@@ -647,6 +648,19 @@ func Routing(consumers []Consumer, routes []Route) *routing.Table {
 		t.Routes = append(t.Routes, r.Rule())
 	}
 	return t
+}
+
+// LagConsumers maps consumers onto what the lag read model knows of them.
+func LagConsumers(consumers []Consumer) []lag.Consumer {
+	out := make([]lag.Consumer, 0, len(consumers))
+	for _, c := range consumers {
+		lc := lag.Consumer{Name: c.Name, Type: c.Type}
+		if c.Search != nil {
+			lc.Indexes = c.Search.Indexes
+		}
+		out = append(out, lc)
+	}
+	return out
 }
 
 // Routing is the configuration's routing table.

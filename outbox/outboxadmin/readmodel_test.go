@@ -27,7 +27,7 @@ func readModel(t *testing.T, db *testenv.DB, consumers bool, maxListed int) *lag
 	if consumers {
 		cs, rs = testConsumers, testRoutes
 	}
-	r := lag.NewReader(db.Pool, db.Schema, cs, rs)
+	r := lag.NewReader(db.Pool, db.Schema, config.LagConsumers(cs), config.Routing(cs, rs))
 	if maxListed > 0 {
 		r.MaxListed = maxListed
 	}
