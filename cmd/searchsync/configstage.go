@@ -15,7 +15,6 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // indexStage is the last stage of loading the configuration for run and
@@ -25,7 +24,7 @@ import (
 // with file and line, before anything connects. Every definition file and
 // projection file is read, past a bad one. It does nothing without a search
 // consumer, as run then loads neither.
-func indexStage(examples search.Examples) config.Stage {
+func indexStage(examples exampleSet) config.Stage {
 	return func(c *config.Config, r *config.Report) {
 		var aliases []string // of the search consumers
 		for _, cc := range c.Consumers {
@@ -88,7 +87,7 @@ func indexStage(examples search.Examples) config.Stage {
 	}
 }
 
-// stageDefs loads the index definitions as search.LoadDefs does (the
+// stageDefs loads the index definitions as loadDefs does (the
 // embedded ones, overridden and extended by the files of
 // indexes.definitions), reporting every bad file. It returns those that
 // loaded and the aliases the bad files may define (their names without
@@ -211,11 +210,11 @@ func (o projectionOrigin) report(r *config.Report, name, sub, reason string) {
 // checkErr is the form of projections.Set.Check's error.
 var checkErr = regexp.MustCompile(`^projection "((?:[^"\\]|\\.)*)": `)
 
-// stageProjections loads the projections as search.LoadProjections does,
+// stageProjections loads the projections as loadProjections does,
 // reporting every bad file of indexes.projections; a nil set when they
 // cannot all be loaded (then no consumer index is refused for want of a
 // projection: it may be in the bad file).
-func stageProjections(c *config.Config, r *config.Report, examples search.Examples) (*projections.Set, projectionOrigin) {
+func stageProjections(c *config.Config, r *config.Report, examples exampleSet) (*projections.Set, projectionOrigin) {
 	set, origin, ok := projections.NewSet(), projectionOrigin{}, true
 	for i, ex := range c.Indexes.Examples {
 		key := fmt.Sprintf("indexes.examples[%d]", i)

@@ -25,7 +25,6 @@ import (
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // TestConsoleFilterIndexAndError: GET /api/events and POST /api/actions
@@ -54,7 +53,7 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	// a payload the projection cannot use, a webhook's 422.
 	mapping := indexer.Classify(indexer.BulkOp{Type: indexer.OpIndex, Index: "customers_v1", ID: "c1", Version: 3},
 		indexer.BulkResult{Status: 400, ErrType: "mapper_parsing_exception", ErrReason: "failed to parse field [age] of type [integer]"}).Reason
-	set, err := search.LoadProjections(cfg, builtinExamples)
+	set, err := loadProjections(cfg, builtinExamples)
 	if err != nil {
 		t.Fatal(err)
 	}

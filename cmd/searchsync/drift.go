@@ -52,7 +52,7 @@ func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*driftWatcher, er
 	if len(aliases) == 0 {
 		return nil, nil
 	}
-	if _, err := search.LoadDefs(cfg); err != nil {
+	if _, err := loadDefs(cfg); err != nil {
 		return nil, err
 	}
 	eng, err := indexer.New(cfg.Engine, nil)
@@ -71,7 +71,7 @@ func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*driftWatcher, er
 // check compares every alias now and returns the drift messages.
 func (w *driftWatcher) check(ctx context.Context) []string {
 	now := time.Now()
-	defs, loadErr := search.LoadDefs(w.cfg)
+	defs, loadErr := loadDefs(w.cfg)
 	out := make([]dashboard.AliasDrift, 0, len(w.aliases))
 	var msgs []string
 	for _, a := range w.aliases {

@@ -22,7 +22,6 @@ import (
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // OutboxCmd groups the operator commands on the outbox table.
@@ -444,7 +443,7 @@ func outboxIndexes(cfg *config.Config) ([]outboxadmin.Index, error) {
 	if len(out) == 0 {
 		return nil, nil
 	}
-	set, err := search.LoadProjections(cfg, builtinExamples)
+	set, err := loadProjections(cfg, builtinExamples)
 	if err != nil {
 		return nil, err
 	}

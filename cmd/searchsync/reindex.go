@@ -12,7 +12,6 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/reindex"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // ReindexCmd rebuilds an index from the outbox with zero downtime.
@@ -50,7 +49,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	set, err := search.LoadProjections(e.cfg, builtinExamples)
+	set, err := loadProjections(e.cfg, builtinExamples)
 	if err != nil {
 		return err
 	}
@@ -129,7 +128,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 // reindexDef finds the definition of alias: a definition's own alias, or
 // <alias>_<tenant> of a per_tenant definition.
 func reindexDef(cfg *config.Config, alias string) (*mapping.Def, string, error) {
-	defs, err := search.LoadDefs(cfg)
+	defs, err := loadDefs(cfg)
 	if err != nil {
 		return nil, "", err
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/reindex"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // QueryRow counts too (reindex.List takes a pool with it).
@@ -195,11 +194,11 @@ routes:
 	}, "the panel never showed the drift: %+v", pr)
 
 	// A reindex whose seed the test holds: each document waits for a token.
-	defsNow, err := search.LoadDefs(cfg)
+	defsNow, err := loadDefs(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := search.LoadProjections(cfg, nil)
+	set, err := loadProjections(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

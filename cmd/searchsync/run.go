@@ -179,7 +179,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 }
 
 // builtinExamples are the examples indexes.examples may name.
-var builtinExamples = search.Examples{"customer": customer.Register}
+var builtinExamples = exampleSet{"customer": customer.Register}
 
 // checkSchema refuses a schema that is not migrated to this binary's version.
 func checkSchema(ctx context.Context, db config.Database, logger *slog.Logger) error {
@@ -234,7 +234,7 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 		case "nats":
 			cons, err = natssink.New(ctx, cc.Name, *cc.Nats, logger)
 		case "search":
-			cons, err = newSearchConsumer(ctx, cfg, cc, search.Options{DualWrites: reindex.NewTargets(pool), Logger: logger, Examples: builtinExamples,
+			cons, err = newSearchConsumer(ctx, cfg, cc, searchOptions{DualWrites: reindex.NewTargets(pool), Logger: logger, Examples: builtinExamples,
 				Writer: indexer.WriterConfig{OnBulk: obs.metrics.ObserveBulk}}, obs, logger)
 		default:
 			err = fmt.Errorf("consumer type %q is not built into this searchsync yet", cc.Type)
@@ -251,7 +251,7 @@ func buildConsumers(ctx context.Context, cfg *config.Config, pool *pgxpool.Pool,
 // An engine that is unreachable at start-up (or answers 429/5xx) is waited
 // for with backoff, as the NATS consumer waits for its server; a bad
 // definition or configuration fails at once.
-func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consumer, o search.Options, obs *observer, logger *slog.Logger) (*search.Consumer, error) {
+func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consumer, o searchOptions, obs *observer, logger *slog.Logger) (*search.Consumer, error) {
 	eng, err := indexer.New(cfg.Engine, nil)
 	if err != nil {
 		return nil, err
@@ -262,7 +262,7 @@ func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consum
 	}
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(500*time.Millisecond), backoff.WithMaxInterval(15*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
-		c, err := search.FromConfig(ctx, cfg, cc, o)
+		c, err := searchFromConfig(ctx, cfg, cc, o)
 		if err == nil || !indexer.IsTemporary(err) {
 			return c, err
 		}

@@ -8,7 +8,8 @@ import (
 
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/internal/config"
-	"github.com/searchsync/searchsync/sink/search"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
 )
 
 // The example's files load: the configuration, the projection (with its
@@ -22,11 +23,18 @@ func TestExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := search.LoadProjections(cfg, search.Examples{"customer": customer.Register})
-	if err != nil {
+	// As searchsync run loads them: the example's registration, then the
+	// projection files, and the definitions directory over the embedded ones.
+	set := projections.NewSet()
+	if err := customer.Register(set); err != nil {
 		t.Fatal(err)
 	}
-	defs, err := search.LoadDefs(cfg)
+	for _, p := range cfg.Indexes.Projections {
+		if err := set.LoadFiles(cfg.Path(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defs, err := mapping.Load(cfg.Path(cfg.Indexes.Definitions))
 	if err != nil {
 		t.Fatal(err)
 	}

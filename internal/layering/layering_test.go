@@ -85,11 +85,18 @@ var rules = []rule{
 		why:  "the search consumer reaches the reindex's targets through search.DualWrites, filled by cmd with reindex.NewTargets",
 	},
 	{
+		name:   "config-is-read-by-cmd-alone",
+		all:    true,
+		except: []string{"cmd", "internal/config", "e2e"},
+		deny:   []string{"internal/config"},
+		why:    "internal/config maps the YAML onto the packages' own Configs (indexer.Config, relay.Config, lag.Consumer, …); only the binary reads it",
+	},
+	{
 		name:   "only-cmd-wires-the-examples",
 		all:    true,
 		except: []string{"cmd", "examples", "e2e"},
 		deny:   []string{"examples", "cmd"},
-		why:    "the examples are demo data a user opts into; cmd passes them in (search.Options.Examples)",
+		why:    "the examples are demo data a user opts into; cmd passes them in (its builtinExamples)",
 	},
 }
 

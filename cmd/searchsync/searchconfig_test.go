@@ -1,4 +1,4 @@
-package search_test
+package main
 
 import (
 	"bytes"
@@ -16,15 +16,13 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/projections"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
 // A configuration with its own definitions directory and projection file:
 // start-up creates the index; a changed definition is drift, logged as
 // "reindex required" (on_drift warn) or stopping start-up (on_drift fail),
 // and never applied.
-func TestFromConfigDrift(t *testing.T) {
+func TestSearchFromConfigDrift(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -60,7 +58,7 @@ routes: [{consumer: search, event_types: ["entity.customer.*"]}]
 	t.Cleanup(func() { eng.DeleteIndex(context.Background(), mapping.PhysicalName(alias, 1)) })
 
 	cfg := load("fail")
-	if _, err := search.FromConfig(ctx, cfg, cfg.Consumers[0], search.Options{}); err != nil {
+	if _, err := searchFromConfig(ctx, cfg, cfg.Consumers[0], searchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if targets, _ := eng.AliasTargets(ctx, alias); len(targets) != 1 {
@@ -68,14 +66,14 @@ routes: [{consumer: search, event_types: ["entity.customer.*"]}]
 	}
 
 	writeDef(`, "email": {"type": "keyword"}`)
-	_, err := search.FromConfig(ctx, cfg, cfg.Consumers[0], search.Options{})
+	_, err := searchFromConfig(ctx, cfg, cfg.Consumers[0], searchOptions{})
 	if err == nil || !strings.Contains(err.Error(), "reindex required: run searchsync reindex "+alias) {
 		t.Fatalf("on_drift fail: err = %v", err)
 	}
 
 	var logs bytes.Buffer
 	cfg = load("warn")
-	if _, err := search.FromConfig(ctx, cfg, cfg.Consumers[0], search.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+	if _, err := searchFromConfig(ctx, cfg, cfg.Consumers[0], searchOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "reindex required") {
@@ -88,24 +86,7 @@ routes: [{consumer: search, event_types: ["entity.customer.*"]}]
 
 	// A search consumer whose index no projection writes stops start-up.
 	cfg.Consumers[0].Search.Indexes = []string{"orders"}
-	if _, err := search.FromConfig(ctx, cfg, cfg.Consumers[0], search.Options{}); err == nil || !strings.Contains(err.Error(), `no projection writes index "orders"`) {
-		t.Fatalf("err = %v", err)
-	}
-}
-
-// A projection field type that does not fit the index mapping stops
-// start-up with the projection, field and index named.
-func TestNewRejectsTypeMismatch(t *testing.T) {
-	t.Parallel()
-	defs, _ := mapping.Load("")
-	set := projections.NewSet()
-	if err := set.Add(projections.Projection{Name: "c", EventTypes: []string{"entity.customer.*"}, Index: "customers",
-		Fields: []projections.Field{{From: "after.limit", To: "credit_limit", Type: projections.TypeDate}}}); err != nil {
-		t.Fatal(err)
-	}
-	eng, _ := indexer.New(indexer.Config{URLs: []string{testenv.EngineURL(t)}}, nil)
-	_, err := search.New(search.Config{Engine: eng, Projections: set, Defs: defs})
-	if err == nil || !strings.Contains(err.Error(), "projection c: field credit_limit is declared date but index customers maps it as long") {
+	if _, err := searchFromConfig(ctx, cfg, cfg.Consumers[0], searchOptions{}); err == nil || !strings.Contains(err.Error(), `no projection writes index "orders"`) {
 		t.Fatalf("err = %v", err)
 	}
 }

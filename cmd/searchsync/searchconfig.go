@@ -1,4 +1,4 @@
-package search
+package main
 
 import (
 	"context"
@@ -9,24 +9,24 @@ import (
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
-// LoadDefs loads the index definitions of a configuration: the embedded
+// loadDefs loads the index definitions of a configuration: the embedded
 // defaults overridden by indexes.definitions.
-func LoadDefs(cfg *config.Config) (mapping.Defs, error) {
+func loadDefs(cfg *config.Config) (mapping.Defs, error) {
 	return mapping.Load(cfg.Path(cfg.Indexes.Definitions))
 }
 
-// Examples maps the names indexes.examples may use to the function that
-// registers that example's projections and upcasters. The built-in examples
-// live under examples/, above this package: cmd/searchsync passes them.
-type Examples map[string]func(*projections.Set) error
+// exampleSet maps the names indexes.examples may use to the function that
+// registers that example's projections and upcasters (builtinExamples).
+type exampleSet map[string]func(*projections.Set) error
 
-// LoadProjections loads the projections of a configuration: the examples
+// loadProjections loads the projections of a configuration: the examples
 // named by indexes.examples (looked up in examples), then the files of
 // indexes.projections. Go projection functions and upcasters of your own are
-// registered on the returned set before New.
-func LoadProjections(cfg *config.Config, examples Examples) (*projections.Set, error) {
+// registered on the returned set before search.New.
+func loadProjections(cfg *config.Config, examples exampleSet) (*projections.Set, error) {
 	set := projections.NewSet()
 	for i, ex := range cfg.Indexes.Examples {
 		register, ok := examples[ex]
@@ -45,30 +45,30 @@ func LoadProjections(cfg *config.Config, examples Examples) (*projections.Set, e
 	return set, nil
 }
 
-// Options are what FromConfig needs besides the configuration.
-type Options struct {
+// searchOptions are what searchFromConfig needs besides the configuration.
+type searchOptions struct {
 	// Engine, when nil, is built from cfg.Engine.
 	Engine indexer.Engine
-	// Projections, when nil, is LoadProjections(cfg, Examples).
+	// Projections, when nil, is loadProjections(cfg, Examples).
 	Projections *projections.Set
 	// Examples are the examples indexes.examples may name (see
-	// LoadProjections); cmd/searchsync passes the built-in ones.
-	Examples Examples
+	// loadProjections): the built-in ones.
+	Examples exampleSet
 	// DualWrites: pass reindex.NewTargets(pool) so that live writes reach a
 	// running reindex's target too.
-	DualWrites DualWrites
+	DualWrites search.DualWrites
 	// Writer tunes the bulk writer (Logger is filled in).
 	Writer indexer.WriterConfig
 	// Searchable, when set, measures commit → searchable of the writes.
-	Searchable *Searchable
+	Searchable *search.Searchable
 	Logger     *slog.Logger
 }
 
-// FromConfig builds the search consumer cc of cfg, creates its missing
+// searchFromConfig builds the search consumer cc of cfg, creates its missing
 // indexes and aliases, checks that the credentials may write and read them
-// (CheckAccess), and reports drift: logged as "reindex required" with
+// (search.Consumer.CheckAccess), and reports drift: logged as "reindex required" with
 // indexes.on_drift warn (the default), an error with fail.
-func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o Options) (*Consumer, error) {
+func searchFromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o searchOptions) (*search.Consumer, error) {
 	if cc.Search == nil {
 		return nil, fmt.Errorf("search consumer %s: no search section", cc.Name)
 	}
@@ -83,13 +83,13 @@ func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o O
 		}
 		o.Engine = eng
 	}
-	defs, err := LoadDefs(cfg)
+	defs, err := loadDefs(cfg)
 	if err != nil {
 		return nil, err
 	}
 	set := o.Projections
 	if set == nil {
-		if set, err = LoadProjections(cfg, o.Examples); err != nil {
+		if set, err = loadProjections(cfg, o.Examples); err != nil {
 			return nil, err
 		}
 	}
@@ -103,7 +103,7 @@ func FromConfig(ctx context.Context, cfg *config.Config, cc config.Consumer, o O
 		}
 	}
 	o.Writer.Logger = logger
-	c, err := New(Config{Name: cc.Name, Engine: o.Engine, Writer: indexer.NewWriter(o.Engine, o.Writer),
+	c, err := search.New(search.Config{Name: cc.Name, Engine: o.Engine, Writer: indexer.NewWriter(o.Engine, o.Writer),
 		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, StateCache: cc.Search.StateCache,
 		DualWrites: o.DualWrites, Searchable: o.Searchable, Logger: logger})
 	if err != nil {
