@@ -36,16 +36,7 @@ func TestPartitionsSpreadAfterADatabaseOutage(t *testing.T) {
 	a, _ := startVia(t, db, via, cfg, "a", rec)
 	b, _ := startVia(t, db, via, cfg, "b", rec)
 
-	aggs := aggregatePerPartition(t, db, parts)
-	ctx, stopWriting := context.WithCancel(context.Background())
-	writing := make(chan error, 1)
-	go func() { writing <- writeEvery(ctx, db, aggs, 100*time.Millisecond) }()
-	t.Cleanup(func() {
-		stopWriting()
-		if err := <-writing; err != nil {
-			t.Errorf("producer: %v", err)
-		}
-	})
+	writeSteadily(t, db, parts)
 
 	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts/2 && b.Stats().Partitions == parts/2 }, "4 + 4 partitions")
 	steadyFrom := time.Now()
@@ -147,16 +138,7 @@ func TestRestartedInstanceTakesTheShareLeftForIt(t *testing.T) {
 	b, stopB := startVia(t, db, via, cfg, "b", rec)
 	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts/2 && b.Stats().Partitions == parts/2 }, "4 + 4 partitions")
 
-	aggs := aggregatePerPartition(t, db, parts)
-	ctx, stopWriting := context.WithCancel(context.Background())
-	writing := make(chan error, 1)
-	go func() { writing <- writeEvery(ctx, db, aggs, 100*time.Millisecond) }()
-	t.Cleanup(func() {
-		stopWriting()
-		if err := <-writing; err != nil {
-			t.Errorf("producer: %v", err)
-		}
-	})
+	writeSteadily(t, db, parts)
 
 	px.Cut()
 	stopB() // its row stays behind
@@ -430,4 +412,19 @@ func roundAll(ds []time.Duration) []time.Duration {
 		out[i] = d.Round(10 * time.Millisecond)
 	}
 	return out
+}
+
+// writeSteadily writes an event to every partition every 100 ms until the
+// test ends.
+func writeSteadily(t *testing.T, db *testenv.DB, parts int) {
+	aggs := aggregatePerPartition(t, db, parts)
+	ctx, stopWriting := context.WithCancel(context.Background())
+	writing := make(chan error, 1)
+	go func() { writing <- writeEvery(ctx, db, aggs, 100*time.Millisecond) }()
+	t.Cleanup(func() {
+		stopWriting()
+		if err := <-writing; err != nil {
+			t.Errorf("producer: %v", err)
+		}
+	})
 }
