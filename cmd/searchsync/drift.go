@@ -1,43 +1,21 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"slices"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
-	"github.com/searchsync/searchsync/internal/background"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/sink/search"
 )
 
-// driftWatcher compares the live index of every alias of the search
-// consumers with its definition on disk (mapping.Check, changing nothing)
-// and keeps, per alias, what it found: the "reindex required" messages of
-// the dashboard's banner and `searchsync status`, and the drift column of
-// the console's Reindex panel. The definitions are read again at every
-// check, so that a definition changed on disk shows as drift, and the drift
-// ends once a reindex with it has moved the alias.
-type driftWatcher struct {
-	eng     indexer.Engine
-	cfg     *config.Config
-	aliases []string // of the search consumers, in configuration order
-	logger  *slog.Logger
-
-	mu       sync.Mutex
-	statuses []dashboard.AliasDrift
-	messages []string // the banner's: drift, and why an alias could not be checked
-}
-
-// newDriftWatcher returns nil when no search consumer is configured. The
-// definitions must load now; a later check that cannot load them reports
-// that for every alias.
-func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*driftWatcher, error) {
+// newDriftWatcher builds the console's drift watcher from the
+// configuration: the aliases of the search consumers, the definitions
+// (loadDefs, read again at every check), an engine client of its own
+// (returned, for the caller to close or share) and http.drift_interval.
+// Both are nil when no search consumer is configured.
+func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*dashboard.DriftWatcher, indexer.Engine, error) {
 	var aliases []string
 	for _, cc := range cfg.Consumers {
 		if cc.Search == nil {
@@ -50,129 +28,21 @@ func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*driftWatcher, er
 		}
 	}
 	if len(aliases) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if _, err := loadDefs(cfg); err != nil {
-		return nil, err
+	load := func() (mapping.Defs, error) { return loadDefs(cfg) }
+	if _, err := load(); err != nil {
+		return nil, nil, err
 	}
 	eng, err := indexer.New(cfg.Engine, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	w := &driftWatcher{eng: eng, cfg: cfg, aliases: aliases, logger: logger}
-	for _, a := range aliases {
-		s := dashboard.AliasDrift{Alias: a, Drift: dashboard.DriftUnknown, Message: "not checked yet"}
-		s.Judge()
-		w.statuses = append(w.statuses, s)
+	w, err := dashboard.NewDriftWatcher(dashboard.DriftConfig{Load: load, Engine: eng, Aliases: aliases,
+		Interval: cfg.HTTP.DriftInterval, Logger: logger})
+	if err != nil {
+		indexer.Close(eng)
+		return nil, nil, err
 	}
-	return w, nil
-}
-
-// check compares every alias now and returns the drift messages.
-func (w *driftWatcher) check(ctx context.Context) []string {
-	now := time.Now()
-	defs, loadErr := loadDefs(w.cfg)
-	out := make([]dashboard.AliasDrift, 0, len(w.aliases))
-	var msgs []string
-	for _, a := range w.aliases {
-		s := dashboard.AliasDrift{Alias: a, Drift: dashboard.DriftUnknown, CheckedAt: now}
-		d := defs[a]
-		switch {
-		case loadErr != nil:
-			s.Message = "cannot load the index definitions: " + loadErr.Error()
-		case d == nil:
-			s.Message = "no definition of index " + a
-		case d.Tenancy.Mode == mapping.TenancyPerTenant:
-			// Not a warning: the reindex of each tenant's alias checks it.
-			s.Hash, s.Message = d.Hash(), "per_tenant: one index per tenant, not checked here"
-			s.Judge()
-			out = append(out, s)
-			continue
-		default:
-			st, err := mapping.Check(ctx, w.eng, d)
-			if err != nil {
-				s.Hash, s.Message = d.Hash(), "cannot check index "+a+": "+err.Error()
-				w.stats(ctx, &s) // what the engine user may still read of it
-				break
-			}
-			s.Index, s.Hash, s.LiveHash = st.Index, st.Hash, st.LiveHash
-			s.Drift, s.Message = dashboard.DriftNone, st.Message()
-			if st.Drift {
-				s.Drift = dashboard.DriftDiffers
-			}
-			if st.Index != "" {
-				w.stats(ctx, &s)
-			}
-		}
-		s.Judge()
-		if s.Message != "" {
-			msgs = append(msgs, s.Message)
-		}
-		out = append(out, s)
-	}
-	if ctx.Err() != nil {
-		return nil // stopping: keep what the last full check found
-	}
-	w.mu.Lock()
-	w.statuses, w.messages = out, msgs
-	w.mu.Unlock()
-	return msgs
-}
-
-// stats reads the alias's document count and the engine's health of it
-// (green, yellow, red); what the engine refuses is said in s.StatsError.
-func (w *driftWatcher) stats(ctx context.Context, s *dashboard.AliasDrift) {
-	var errs []string
-	if n, err := w.eng.Count(ctx, s.Alias, nil); err != nil {
-		errs = append(errs, "document count: "+err.Error())
-	} else {
-		s.Docs = &n
-	}
-	if adm, ok := w.eng.(indexer.Admin); !ok {
-		errs = append(errs, "health: the engine client cannot read it")
-	} else {
-		if h, _, err := adm.Health(ctx, s.Alias, "", 0); err != nil {
-			errs = append(errs, "health: "+err.Error())
-		} else {
-			s.EngineHealth = h
-		}
-		if _, err := adm.Refreshes(ctx, s.Alias); search.StatsRefused(err) {
-			s.SearchableOff = search.SearchableOffNote(s.Alias, err)
-		}
-	}
-	s.StatsError = strings.Join(errs, "; ")
-}
-
-// Name is the watcher's name among the background services.
-func (w *driftWatcher) Name() string { return "drift watcher" }
-
-// Run checks at once and then every http.drift_interval until ctx ends; it
-// returns nil then.
-func (w *driftWatcher) Run(ctx context.Context) error {
-	background.Loop{
-		Interval:  w.cfg.HTTP.DriftInterval,
-		Immediate: true,
-		Turn:      func(ctx context.Context) error { w.check(ctx); return nil },
-	}.Run(ctx)
-	return nil
-}
-
-// current returns the latest messages.
-func (w *driftWatcher) current() []string {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.messages)
-}
-
-// aliasStates returns what the latest check found per alias.
-func (w *driftWatcher) aliasStates() []dashboard.AliasDrift {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.statuses)
+	return w, eng, nil
 }

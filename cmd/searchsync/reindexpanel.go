@@ -14,9 +14,9 @@ import (
 // reindexPanel feeds the console's Reindex panel (/api/reindex): the
 // aliases as the drift watcher last found them, and the reindex jobs as
 // `searchsync reindex status` reads them (reindex.List, one statement).
-func reindexPanel(pool jobsDB, drift *driftWatcher) *dashboard.Reindex {
+func reindexPanel(pool jobsDB, drift *dashboard.DriftWatcher) *dashboard.Reindex {
 	return &dashboard.Reindex{
-		Aliases: drift.aliasStates,
+		Aliases: drift.AliasStates,
 		Jobs: func(ctx context.Context, since time.Time) ([]dashboard.ReindexJob, error) {
 			jobs, err := reindex.List(ctx, pool, reindex.Filter{Since: since, PerAlias: 1, Limit: 200})
 			if err != nil {

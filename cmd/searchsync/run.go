@@ -128,7 +128,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	if err != nil {
 		return err
 	}
-	drift, err := newDriftWatcher(cfg, logger)
+	drift, driftEng, err := newDriftWatcher(cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -145,8 +145,8 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		services = append(services, srch)
 	}
 	if drift != nil {
-		obs.drift = drift.current
-		services = append(services, drift, newJanitor(pool, drift.eng, logger))
+		obs.drift = drift.Current
+		services = append(services, drift, newJanitor(pool, driftEng, logger))
 	}
 
 	var draining atomic.Bool

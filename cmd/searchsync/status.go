@@ -35,14 +35,14 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	doc := statusDoc{Snapshot: s, Drift: []string{}, Engine: engineInfo(e.cfg)}
-	drift, err := newDriftWatcher(e.cfg, e.logger)
+	drift, driftEng, err := newDriftWatcher(e.cfg, e.logger)
 	if err != nil {
 		return err
 	}
 	if drift != nil {
-		doc.Drift = append(doc.Drift, drift.check(ctx)...)
-		doc.Indexes = drift.aliasStates()
-		indexer.Close(drift.eng)
+		doc.Drift = append(doc.Drift, drift.Check(ctx)...)
+		doc.Indexes = drift.AliasStates()
+		indexer.Close(driftEng)
 	}
 	if c.JSON {
 		return printJSON(doc)
