@@ -283,7 +283,7 @@ func TestConsoleQueriesPerRefresh(t *testing.T) {
 	}
 	cdb.n.Store(0)
 	var refreshes, assetBytes atomic.Int64
-	h := dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", History: hist, Reindex: reindexPanel(cdb, nil),
+	h := dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", History: hist, Reindex: dashboard.NewReindexPanel(cdb, nil),
 		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) {
 			// What the relay runs (partitionOwners), counted.
 			rows, err := cdb.Query(ctx, "SELECT 1 FROM aa_relay_instance WHERE expires_at > now()")

@@ -6,12 +6,12 @@ import (
 	"log/slog"
 
 	"github.com/searchsync/searchsync/dashboard"
-	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 )
 
 // engineInfo describes the engine connection of cfg for status, the
-// dashboard and the start-up log: the auth method, never its secret.
+// dashboard and the start-up log (dashboard.EngineOf), nil when no search
+// consumer is configured.
 func engineInfo(cfg *config.Config) *dashboard.Engine {
 	uses := false
 	for _, c := range cfg.Consumers {
@@ -20,18 +20,7 @@ func engineInfo(cfg *config.Config) *dashboard.Engine {
 	if !uses {
 		return nil
 	}
-	addrs, err := cfg.Engine.Addresses()
-	if err != nil {
-		addrs = []string{"(engine.cloud_id: " + err.Error() + ")"}
-	}
-	return &dashboard.Engine{
-		Kind:               cfg.Engine.Kind,
-		Addresses:          addrs,
-		Auth:               cfg.Engine.AuthSummary(),
-		TLS:                indexer.TLSSummary(cfg.Engine),
-		InsecureSkipVerify: cfg.Engine.TLS.InsecureSkipVerify,
-		Warning:            indexer.TLSWarning(cfg.Engine),
-	}
+	return dashboard.EngineOf(cfg.Engine)
 }
 
 // logEngine logs how the engine is reached, and warns about

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/searchsync/searchsync/compaction"
+	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/background"
@@ -140,7 +141,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 	} else if err := sched.Run(ctx); err != nil { // logs that the schedule is disabled and returns
 		return err
 	}
-	obs.reindex = reindexPanel(pool, drift)
+	obs.reindex = dashboard.NewReindexPanel(pool, drift)
 	for _, srch := range obs.searchables {
 		services = append(services, srch)
 	}
