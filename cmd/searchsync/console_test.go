@@ -23,61 +23,12 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/searchsync/searchsync/dashboard"
-	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/dashboard/dashboardtest"
 	"github.com/searchsync/searchsync/internal/testenv"
-	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
 )
-
-// openBrowser starts headless Chromium on url and returns its context.
-func openBrowser(t *testing.T, url string) context.Context {
-	t.Helper()
-	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.WindowSize(1280, 1100))...)
-	t.Cleanup(cancel)
-	bctx, cancel = chromedp.NewContext(bctx)
-	t.Cleanup(cancel)
-	// The first call starts the browser; it must not carry a timeout.
-	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
-		t.Fatalf("open %s: %v", url, err)
-	}
-	return bctx
-}
-
-// chartState is what the page's uPlot instance of one chart holds.
-type chartState struct {
-	Labels  []string  `json:"labels"`
-	Axes    int       `json:"axes"`
-	AxesDOM int       `json:"axes_dom"`
-	XTime   bool      `json:"x_time"`
-	Xs      []float64 `json:"xs"`
-	Legend  []string  `json:"legend"`
-}
-
-// chart reads the uPlot instance of the chart id (nil before it is drawn).
-func chart(t *testing.T, bctx context.Context, id string) *chartState {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-	defer cancel()
-	js := fmt.Sprintf(`(() => { const u = (window.consoleCharts || {})[%q]; if (!u) return "null";
-		return JSON.stringify({labels: u.series.slice(1).map((s) => s.label), axes: u.axes.length,
-		axes_dom: document.querySelectorAll("#%s .u-axis").length, x_time: !!u.scales.x.time, xs: Array.from(u.data[0]),
-		legend: [...document.querySelectorAll("#%s .u-legend .u-series th")].map((e) => e.textContent.trim())}); })()`, id, id, id)
-	raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
-	if err != nil {
-		t.Fatalf("read chart %s: %v", id, err)
-	}
-	var c *chartState
-	if err := json.Unmarshal([]byte(raw), &c); err != nil {
-		t.Fatalf("chart %s: %v (%s)", id, err, raw)
-	}
-	return c
-}
 
 // stopRelay stops a relay started by startRelay and waits for it.
 func stopRelay(t *testing.T, cmd *exec.Cmd) {
@@ -194,11 +145,11 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 
 	addrC := testenv.FreeAddr(t)
 	startRelay(t, config(addrC), addrC)
-	bctx := openBrowser(t, "http://"+addrC+"/")
+	bctx := dashboardtest.OpenBrowser(t, "http://"+addrC+"/")
 	wantLines := []string{"crm-hook", "search → " + alias}
-	var lagChart *chartState
+	var lagChart *dashboardtest.ChartState
 	testenv.Eventually(t, 60*time.Second, func() bool {
-		lagChart = chart(t, bctx, "lagchart")
+		lagChart = dashboardtest.Chart(t, bctx, "lagchart")
 		return lagChart != nil && len(lagChart.Xs) > 0 && slices.Equal(lagChart.Labels, wantLines) &&
 			lagChart.Xs[len(lagChart.Xs)-1] > float64(time.Now().Add(-5*time.Second).Unix())
 	}, "the lag chart never drew %v up to now: %+v", wantLines, lagChart)
@@ -214,16 +165,16 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 			t.Errorf("lag chart legend %q lacks %q", lagChart.Legend, want)
 		}
 	}
-	if b := chart(t, bctx, "blockedchart"); b == nil || !slices.Equal(b.Labels, wantLines) {
+	if b := dashboardtest.Chart(t, bctx, "blockedchart"); b == nil || !slices.Equal(b.Labels, wantLines) {
 		t.Errorf("blocked chart: %+v", b)
 	}
-	if r := chart(t, bctx, "ratechart"); r == nil || !slices.Equal(r.Labels, []string{"crm-hook", "search", "handled (outbox)"}) {
+	if r := dashboardtest.Chart(t, bctx, "ratechart"); r == nil || !slices.Equal(r.Labels, []string{"crm-hook", "search", "handled (outbox)"}) {
 		t.Errorf("throughput chart: %+v", r)
 	}
-	if b := chart(t, bctx, "backlogchart"); b == nil || !slices.Equal(b.Labels, []string{"crm-hook", "crm-hook paused", "search", "search paused"}) {
+	if b := dashboardtest.Chart(t, bctx, "backlogchart"); b == nil || !slices.Equal(b.Labels, []string{"crm-hook", "crm-hook paused", "search", "search paused"}) {
 		t.Errorf("backlog chart: %+v", b)
 	}
-	if l := chart(t, bctx, "latencychart"); l == nil || !slices.Contains(l.Labels, "search p99") || !slices.Contains(l.Labels, "crm-hook p50") {
+	if l := dashboardtest.Chart(t, bctx, "latencychart"); l == nil || !slices.Contains(l.Labels, "search p99") || !slices.Contains(l.Labels, "crm-hook p50") {
 		t.Errorf("latency chart: %+v", l)
 	}
 	checkSearchable(t, bctx, addrC, alias)
@@ -241,109 +192,9 @@ func TestConsoleHistoryAcrossRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		c := chart(t, bctx, "lagchart")
+		c := dashboardtest.Chart(t, bctx, "lagchart")
 		return c != nil && len(c.Xs) > 0 && c.Xs[0] <= float64(oldest.At.Unix())+60
 	}, "the 24 h range lost the older samples")
-}
-
-// countingDB counts the statements sent through it.
-type countingDB struct {
-	dashboard.DB
-	n atomic.Int64
-}
-
-func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	c.n.Add(1)
-	return c.DB.Exec(ctx, sql, args...)
-}
-
-func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	c.n.Add(1)
-	return c.DB.Query(ctx, sql, args...)
-}
-
-// TestConsoleQueriesPerRefresh opens the page in headless Chromium over the
-// handler the relay serves and counts the database statements its refreshes
-// cost (the lag sampler's reads run whether a page is open or not) and the
-// bytes of the page's assets.
-func TestConsoleQueriesPerRefresh(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	ctx := context.Background()
-	stuck{poisonError: "search: mapper_parsing_exception", fresh: 2, freshAge: "3 seconds",
-		paused: "crm-hook", pausedFor: "5 minutes", pauseReason: "connection refused", probes: 1}.seed(t, db)
-	smp := newTestSampler(db)
-	if _, err := smp.Sample(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cdb := &countingDB{DB: db.Pool}
-	hist := dashboard.NewHistory(cdb, smp, dashboard.HistoryConfig{Schema: db.Schema, Instance: "test", Interval: time.Second}, nil)
-	if _, err := hist.Write(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cdb.n.Store(0)
-	var refreshes, assetBytes atomic.Int64
-	h := dashboard.Handler(dashboard.Source{Sampler: smp, Instance: "test", History: hist, Reindex: dashboard.NewReindexPanel(cdb, nil),
-		Partitions: func(ctx context.Context) ([]dashboard.Partition, error) {
-			// What the relay runs (partitionOwners), counted.
-			rows, err := cdb.Query(ctx, "SELECT 1 FROM aa_relay_instance WHERE expires_at > now()")
-			if err != nil {
-				return nil, err
-			}
-			rows.Close()
-			return nil, rows.Err()
-		}})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/api/state" {
-			refreshes.Add(1)
-		}
-		cw := &countingWriter{ResponseWriter: w}
-		h.ServeHTTP(cw, r)
-		if r.URL.Path == "/" || !slices.Contains([]string{"/api/state", "/api/history", "/api/reindex"}, r.URL.Path) {
-			assetBytes.Add(cw.n)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	bctx := openBrowser(t, srv.URL+"/")
-	testenv.Eventually(t, 60*time.Second, func() bool { return refreshes.Load() >= 6 }, "the page refreshed %d times", refreshes.Load())
-	_, _ = chromedp.Run(bctx, chromedp.Navigate("about:blank")) // stop refreshing before the count
-	n, r := cdb.n.Load(), refreshes.Load()
-	perRefresh := float64(n) / float64(r)
-	var rowBytes int
-	if err := db.Pool.QueryRow(ctx, "SELECT max(pg_column_size(sample) + length(instance) + 8) FROM aa_console_sample").Scan(&rowBytes); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("queries per page refresh: %.2f (%d statements over %d refreshes); page weight: %d bytes of assets; a sample of 2 consumers: %d bytes",
-		perRefresh, n, r, assetBytes.Load(), rowBytes)
-	// state: the partition owners; history: the samples since the last one;
-	// the Reindex panel: the jobs, every 5 s (no job runs).
-	if perRefresh > 2.9 {
-		t.Errorf("%.2f statements per page refresh, want at most 2.4 (partitions, history; reindex jobs every 5 s)", perRefresh)
-	}
-	if b := assetBytes.Load(); b == 0 || b > 150_000 {
-		t.Errorf("page weight %d bytes", b)
-	}
-}
-
-type countingWriter struct {
-	http.ResponseWriter
-	n int64
-}
-
-func (c *countingWriter) Write(b []byte) (int, error) {
-	n, err := c.ResponseWriter.Write(b)
-	c.n += int64(n)
-	return n, err
-}
-
-// newTestSampler is a lag sampler over the consumers stuck.seed expects.
-func newTestSampler(db *testenv.DB) *lag.Sampler {
-	consumers := []config.Consumer{
-		{Name: "search", Type: "search", Search: &config.Search{Indexes: []string{"customers"}}},
-		{Name: "crm-hook", Type: "webhook"},
-	}
-	routes := []config.Route{{Consumer: "search", EventTypes: []string{"entity.customer.*"}}, {Consumer: "crm-hook", EventTypes: []string{"entity.customer.*"}}}
-	return lag.NewSampler(lag.NewReader(db.Pool, db.Schema, config.LagConsumers(consumers), config.Routing(consumers, routes)), lag.SamplerConfig{}, nil)
 }
 
 // The operator token of the relays startOperatorRelay starts.
@@ -452,7 +303,7 @@ func TestConsoleActions(t *testing.T) {
 		}
 	}
 
-	bctx := openBrowser(t, "http://"+addr+"/")
+	bctx := dashboardtest.OpenBrowser(t, "http://"+addr+"/")
 	// A classic cross-site request: another origin's page posts to the
 	// console in the same browser (a simple request, which needs no
 	// preflight; one carrying the token header would need one, which the
@@ -658,7 +509,7 @@ func TestConsoleBulkActions(t *testing.T) {
 		t.Fatalf("the refusals or the dry run changed something: %d aa_job rows, %v", n, statuses(append(slices.Clone(updated), other, head, behind)...))
 	}
 
-	bctx := openBrowser(t, "http://"+addr+"/")
+	bctx := dashboardtest.OpenBrowser(t, "http://"+addr+"/")
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		for _, a := range actions {
@@ -753,7 +604,7 @@ func TestConsoleBulkActions(t *testing.T) {
 
 	// Without a configured token the page is read-only: a hint, no action
 	// buttons, and /api/actions refused.
-	smp := newTestSampler(db)
+	smp := dashboardtest.Sampler(db)
 	if _, err := smp.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}

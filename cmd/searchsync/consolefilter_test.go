@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/searchsync/searchsync/dashboard"
+	"github.com/searchsync/searchsync/dashboard/dashboardtest"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/secret"
@@ -239,7 +240,7 @@ func TestConsoleFilterIndexAndError(t *testing.T) {
 	// The page: the index filter lists the search consumer's indexes, the
 	// error dropdown fills the error filter, and the list shows only the
 	// matching events.
-	bctx := openBrowser(t, srv.URL+"/")
+	bctx := dashboardtest.OpenBrowser(t, srv.URL+"/")
 	eval := func(js string) string {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(bctx, 10*time.Second)

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/dashboard"
+	"github.com/searchsync/searchsync/dashboard/dashboardtest"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/loadgen"
@@ -25,14 +25,6 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/reindex"
 )
-
-// QueryRow counts too (reindex.List takes a pool with it).
-func (c *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	c.n.Add(1)
-	return c.DB.(interface {
-		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	}).QueryRow(ctx, sql, args...)
-}
 
 // reindexAPI reads /api/reindex twice: typed, and as raw JSON objects (to
 // check the documented field names).
@@ -186,7 +178,7 @@ routes:
 	if row.Hash == oldHash || row.LiveHash != oldHash || !strings.Contains(row.Message, "reindex required") {
 		t.Errorf("drift: %+v; want the new hash against the live %s and the watcher's message", row, oldHash)
 	}
-	bctx := openBrowser(t, "http://"+addr+"/")
+	bctx := dashboardtest.OpenBrowser(t, "http://"+addr+"/")
 	var pr *panelRow
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		pr = readPanelRow(t, bctx, alias)
@@ -371,7 +363,7 @@ func checkSearchable(t *testing.T, bctx context.Context, addr, alias string) {
 		return n > 0
 	}, "%s at %s is not above zero", metric, addr)
 	want := []string{alias + " p50", alias + " p99"}
-	var c *chartState
+	var c *dashboardtest.ChartState
 	points := func() bool {
 		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
 		defer cancel()
@@ -380,7 +372,7 @@ func checkSearchable(t *testing.T, bctx context.Context, addr, alias string) {
 		return err == nil && n > 0
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		c = chart(t, bctx, "searchablechart")
+		c = dashboardtest.Chart(t, bctx, "searchablechart")
 		return c != nil && slices.Equal(c.Labels, want) && points()
 	}, "the commit → searchable chart never drew a point of %v: %+v", want, c)
 }

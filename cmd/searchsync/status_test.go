@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/searchsync/searchsync/dashboard/dashboardtest"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
@@ -91,8 +92,8 @@ func contains(s string, subs ...string) bool {
 func TestStatusSeparatesLagFromWhatHoldsIt(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	stuck{poisonError: "search: mapper_parsing_exception: failed to parse field [age] of type [long]", fresh: 5, freshAge: "4 seconds",
-		paused: "hook", pausedFor: "3 minutes", pauseReason: `Post "https://user:pw@hooks.example.net/in": dial tcp: connection refused`, probes: 7}.seed(t, db)
+	dashboardtest.Stuck{PoisonError: "search: mapper_parsing_exception: failed to parse field [age] of type [long]", Fresh: 5, FreshAge: "4 seconds",
+		Paused: "hook", PausedFor: "3 minutes", PauseReason: `Post "https://user:pw@hooks.example.net/in": dial tcp: connection refused`, Probes: 7}.Seed(t, db)
 
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
