@@ -87,16 +87,7 @@ func TestDashboardSeparatesLagFromStuck(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	bctx := dashboardtest.OpenBrowser(t, srv.URL+"/")
-	text := func(sel string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-		defer cancel()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return s
-	}
+	text := func(sel string) string { t.Helper(); return dashboardtest.Text(t, bctx, sel) }
 	var lagText string
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		lagText = text("#lag")

@@ -29,16 +29,11 @@ func TestPartitionsSpreadAfterADatabaseOutage(t *testing.T) {
 	t.Parallel()
 	const parts = 8
 	ttl := 3 * time.Second
-	db := testenv.NewDB(t)
-	px, via := db.ViaProxy(t)
-	rec := &spreadRecorder{}
-	cfg := relay.Config{Schema: db.Schema, Partitions: parts, BatchSize: 100, PollInterval: 200 * time.Millisecond, LeaseTTL: ttl}
-	a, _ := startVia(t, db, via, cfg, "a", rec)
-	b, _ := startVia(t, db, via, cfg, "b", rec)
+	sp := startSpread(t, parts, ttl)
+	db, px, cfg, rec, a, b := sp.db, sp.px, sp.cfg, sp.rec, sp.a, sp.b
 
 	writeSteadily(t, db, parts)
 
-	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts/2 && b.Stats().Partitions == parts/2 }, "4 + 4 partitions")
 	steadyFrom := time.Now()
 	testenv.Eventually(t, 60*time.Second, func() bool { return rec.leastSince(parts, steadyFrom) >= 20 }, "a steady load delivered on every partition")
 	cutAt := time.Now()
@@ -94,13 +89,8 @@ func TestInstanceThatDoesNotReturnAfterAnOutageIsTakenOver(t *testing.T) {
 	t.Parallel()
 	const parts = 8
 	ttl := 1500 * time.Millisecond
-	db := testenv.NewDB(t)
-	px, via := db.ViaProxy(t)
-	rec := &spreadRecorder{}
-	cfg := relay.Config{Schema: db.Schema, Partitions: parts, BatchSize: 100, PollInterval: 200 * time.Millisecond, LeaseTTL: ttl}
-	a, _ := startVia(t, db, via, cfg, "a", rec)
-	b, stopB := startVia(t, db, via, cfg, "b", rec)
-	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts/2 && b.Stats().Partitions == parts/2 }, "4 + 4 partitions")
+	sp := startSpread(t, parts, ttl)
+	db, px, rec, a, stopB := sp.db, sp.px, sp.rec, sp.a, sp.stopB
 
 	px.Cut()
 	// b stops while the database is away: its instance row stays behind,
@@ -130,13 +120,8 @@ func TestRestartedInstanceTakesTheShareLeftForIt(t *testing.T) {
 	t.Parallel()
 	const parts = 8
 	ttl := 3 * time.Second
-	db := testenv.NewDB(t)
-	px, via := db.ViaProxy(t)
-	rec := &spreadRecorder{}
-	cfg := relay.Config{Schema: db.Schema, Partitions: parts, BatchSize: 100, PollInterval: 200 * time.Millisecond, LeaseTTL: ttl}
-	a, _ := startVia(t, db, via, cfg, "a", rec)
-	b, stopB := startVia(t, db, via, cfg, "b", rec)
-	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts/2 && b.Stats().Partitions == parts/2 }, "4 + 4 partitions")
+	sp := startSpread(t, parts, ttl)
+	db, px, via, cfg, rec, a, stopB := sp.db, sp.px, sp.via, sp.cfg, sp.rec, sp.a, sp.stopB
 
 	writeSteadily(t, db, parts)
 
@@ -427,4 +412,31 @@ func writeSteadily(t *testing.T, db *testenv.DB, parts int) {
 			t.Errorf("producer: %v", err)
 		}
 	})
+}
+
+// spread is two relays, a and b, over a proxy (px, via) to a schema of
+// their own, each holding half of the partitions.
+type spread struct {
+	db    *testenv.DB
+	px    *testenv.TCPProxy
+	via   string
+	cfg   relay.Config
+	rec   *spreadRecorder
+	a, b  *relay.Relay
+	stopB func()
+}
+
+// startSpread starts the two relays of a spread over parts partitions
+// with lease_ttl ttl and waits until each holds half of them.
+func startSpread(t *testing.T, parts int, ttl time.Duration) spread {
+	t.Helper()
+	sp := spread{db: testenv.NewDB(t), rec: &spreadRecorder{}}
+	sp.px, sp.via = sp.db.ViaProxy(t)
+	sp.cfg = relay.Config{Schema: sp.db.Schema, Partitions: parts, BatchSize: 100, PollInterval: 200 * time.Millisecond, LeaseTTL: ttl}
+	sp.a, _ = startVia(t, sp.db, sp.via, sp.cfg, "a", sp.rec)
+	sp.b, sp.stopB = startVia(t, sp.db, sp.via, sp.cfg, "b", sp.rec)
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		return sp.a.Stats().Partitions == parts/2 && sp.b.Stats().Partitions == parts/2
+	}, "%d + %d partitions", parts/2, parts/2)
+	return sp
 }

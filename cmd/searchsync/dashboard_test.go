@@ -109,27 +109,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A steady load through the producer API for the whole test.
 	defer steadyLoad(t, db, 200)()
 
-	bctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(dashboardtest.ChromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.WindowSize(1280, 1100))...)
-	defer cancel()
-	bctx, cancel = chromedp.NewContext(bctx)
-	defer cancel()
-	// The first call starts the browser; it must not carry a timeout.
-	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/")); err != nil {
-		t.Fatalf("open dashboard: %v", err)
-	}
-	text := func(sel string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-		defer cancel()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return s
-	}
+	bctx := dashboardtest.OpenBrowser(t, "http://"+addr+"/")
+	text := func(sel string) string { t.Helper(); return dashboardtest.Text(t, bctx, sel) }
 	// Wait until the page shows deliveries.
 	var throughput, lagText string
 	testenv.Eventually(t, 60*time.Second, func() bool {

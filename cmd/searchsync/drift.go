@@ -31,13 +31,11 @@ func newDriftWatcher(cfg *config.Config, logger *slog.Logger) (*dashboard.DriftW
 		return nil, nil, nil
 	}
 	load := func() (mapping.Defs, error) { return loadDefs(cfg) }
-	if _, err := load(); err != nil {
-		return nil, nil, err
-	}
 	eng, err := indexer.New(cfg.Engine, nil)
 	if err != nil {
 		return nil, nil, err
 	}
+	// NewDriftWatcher loads the definitions once: a bad one stops start-up.
 	w, err := dashboard.NewDriftWatcher(dashboard.DriftConfig{Load: load, Engine: eng, Aliases: aliases,
 		Interval: cfg.HTTP.DriftInterval, Logger: logger})
 	if err != nil {

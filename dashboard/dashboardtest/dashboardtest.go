@@ -53,6 +53,19 @@ func OpenBrowser(t *testing.T, url string) context.Context {
 	return bctx
 }
 
+// Text is the text of the page's element sel, read within 10 s; the test
+// fails when it cannot be read.
+func Text(t *testing.T, bctx context.Context, sel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("read %s: %v", sel, err)
+	}
+	return s
+}
+
 // ChartState is what the page's uPlot instance of one chart holds.
 type ChartState struct {
 	Labels  []string  `json:"labels"`
