@@ -30,6 +30,34 @@ func NewWriter(cfg WriterConfig) *Writer {
 // Channel is the NOTIFY channel the writer signals on commit.
 func (w *Writer) Channel() string { return w.q.channel }
 
+// Lock takes, in tx, the advisory lock of every aggregate key (aggregate
+// type and id) that Write takes, in the same order. A service that emits
+// snapshot events of rows it reads (a backfill of its own, docs/backfill.md)
+// calls Lock before it reads them and Write after, in one transaction: every
+// change of those aggregates then commits either before the read (and the
+// snapshot holds it) or after the snapshot's events (and comes after them
+// in id order).
+func (w *Writer) Lock(ctx context.Context, tx pgx.Tx, aggregates ...Aggregate) error {
+	if len(aggregates) == 0 {
+		return nil
+	}
+	types := make([]string, len(aggregates))
+	ids := make([]uuid.UUID, len(aggregates))
+	for i, a := range aggregates {
+		types[i], ids[i] = a.Type, a.ID
+	}
+	if _, err := tx.Exec(ctx, w.q.lockAggregates, types, ids); err != nil {
+		return fmt.Errorf("outbox: lock %d aggregates: %w", len(aggregates), err)
+	}
+	return nil
+}
+
+// Aggregate names one aggregate: its type and id.
+type Aggregate struct {
+	Type string
+	ID   uuid.UUID
+}
+
 // Write validates the events, then inserts them in tx in one round trip: an
 // advisory lock per aggregate key (in a fixed order, so two writers cannot
 // deadlock), one INSERT for all rows, and a NOTIFY delivered at commit. It

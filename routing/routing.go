@@ -1,11 +1,15 @@
 // Package routing owns which events go to which consumer: routes of a
 // consumer name, event type patterns and aggregate type patterns
 // (path.Match globs, none meaning all), in a Table in the configuration's
-// order. The relay, the operator admin (outbox), the lag read model and the
+// order; and which routes take snapshot events (event types ending in
+// ".snapshot", written by a backfill: docs/backfill.md). The relay, the operator admin (outbox), the lag read model and the
 // commands all ask a Table, so a rule of routing lives here alone.
 package routing
 
-import "path"
+import (
+	"path"
+	"strings"
+)
 
 // Route sends the events whose event type matches one of EventTypes and
 // whose aggregate type matches one of AggregateTypes (an empty list matches
@@ -14,11 +18,27 @@ type Route struct {
 	Consumer       string
 	EventTypes     []string
 	AggregateTypes []string
+	// SkipSnapshots keeps snapshot events (IsSnapshot) away from the
+	// consumer whatever its patterns say. The configuration sets it on the
+	// routes of every consumer but search ones, unless a route says
+	// `snapshots: true`.
+	SkipSnapshots bool
 }
+
+// SnapshotSuffix ends the event type of every snapshot event: the whole
+// state of an aggregate at a version, written by a backfill rather than by
+// a change.
+const SnapshotSuffix = ".snapshot"
+
+// IsSnapshot reports whether eventType names a snapshot event.
+func IsSnapshot(eventType string) bool { return strings.HasSuffix(eventType, SnapshotSuffix) }
 
 // Matches reports whether the route takes an event of this type and
 // aggregate type.
 func (r Route) Matches(eventType, aggregateType string) bool {
+	if r.SkipSnapshots && IsSnapshot(eventType) {
+		return false
+	}
 	return matchAny(r.EventTypes, eventType) && matchAny(r.AggregateTypes, aggregateType)
 }
 

@@ -288,13 +288,14 @@ func relayConfig(c *config.Config, consumers map[string]sink.Consumer, logger *s
 	rc := c.RelayConfig()
 	rc.Logger = logger
 	var errs []error
+	table := c.Routing() // in the order of c.Routes
 	for i, r := range c.Routes {
 		cons, ok := consumers[r.Consumer]
 		if !ok {
 			errs = append(errs, fmt.Errorf("relay: routes[%d]: unknown consumer %q", i, r.Consumer))
 			continue
 		}
-		rc.Routes = append(rc.Routes, relay.Route{Consumer: cons, Match: r.Rule().Matches})
+		rc.Routes = append(rc.Routes, relay.Route{Consumer: cons, Match: table.Routes[i].Matches})
 	}
 	return rc, errors.Join(errs...)
 }

@@ -20,11 +20,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"net/url"
 	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -36,7 +34,6 @@ import (
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/secret"
 	"github.com/searchsync/searchsync/lag"
-	"github.com/searchsync/searchsync/routing"
 	"github.com/searchsync/searchsync/sink/nats"
 	"github.com/searchsync/searchsync/sink/webhook"
 )
@@ -53,6 +50,7 @@ type Config struct {
 	Consumers  []Consumer     `yaml:"consumers"`
 	Routes     []Route        `yaml:"routes"`
 	Indexes    Indexes        `yaml:"indexes"`
+	Backfill   Backfill       `yaml:"backfill"`
 
 	// file is where the configuration came from ("" for defaults only).
 	file string
@@ -286,17 +284,6 @@ type Search struct {
 	StateCache int `yaml:"state_cache"`
 }
 
-// Route sends matching events to consumers. Patterns use path.Match syntax
-// ("entity.customer.*"); an empty list matches everything.
-type Route struct {
-	// Consumer names a configured consumer. Required.
-	Consumer string `yaml:"consumer"`
-	// EventTypes are patterns on event_type.
-	EventTypes []string `yaml:"event_types"`
-	// AggregateTypes are patterns on aggregate_type.
-	AggregateTypes []string `yaml:"aggregate_types"`
-}
-
 // File is where the configuration was read from.
 func (c *Config) File() string { return c.file }
 
@@ -493,6 +480,7 @@ func (c *Config) validate(v *validator) {
 	names := c.validateConsumers(v)
 	c.validateRoutes(v, names)
 	c.validateIndexes(v)
+	c.validateBackfill(v)
 }
 
 // validateHTTP checks the http section.
@@ -604,52 +592,6 @@ func (c *Config) validateNats(v *validator, key string, cons Consumer) {
 	v.natsAuth(c, key+".nats", *cons.Nats)
 }
 
-// validateRoutes checks the routes against the consumers' names.
-func (c *Config) validateRoutes(v *validator, names map[string]bool) {
-	for i, r := range c.Routes {
-		key := fmt.Sprintf("routes[%d]", i)
-		if r.Consumer == "" {
-			v.add(key+".consumer", "is required")
-		} else if !names[r.Consumer] {
-			// With a consumer's name unread, an unknown name may be its
-			// name: only a likely typo of another is reported.
-			near := DidYouMean(r.Consumer, slices.Sorted(maps.Keys(names)))
-			if near != "" || !c.unreadMatch(consumerNamesUnread) {
-				v.add(key+".consumer", fmt.Sprintf("names unknown consumer %q%s", r.Consumer, near))
-			}
-		}
-		for j, p := range r.EventTypes {
-			if _, err := path.Match(p, ""); err != nil {
-				v.add(fmt.Sprintf("%s.event_types[%d]", key, j), fmt.Sprintf("bad pattern %q: %v", p, err))
-			}
-		}
-		for j, p := range r.AggregateTypes {
-			if _, err := path.Match(p, ""); err != nil {
-				v.add(fmt.Sprintf("%s.aggregate_types[%d]", key, j), fmt.Sprintf("bad pattern %q: %v", p, err))
-			}
-		}
-	}
-}
-
-// Rule is the route as package routing takes it.
-func (r Route) Rule() routing.Route {
-	return routing.Route{Consumer: r.Consumer, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes}
-}
-
-// Routing is the routing table of consumers and routes: the one place the
-// relay, the operator admin, the lag read model and the commands ask which
-// events go to which consumer.
-func Routing(consumers []Consumer, routes []Route) *routing.Table {
-	t := &routing.Table{}
-	for _, c := range consumers {
-		t.Consumers = append(t.Consumers, c.Name)
-	}
-	for _, r := range routes {
-		t.Routes = append(t.Routes, r.Rule())
-	}
-	return t
-}
-
 // LagConsumers maps consumers onto what the lag read model knows of them.
 func LagConsumers(consumers []Consumer) []lag.Consumer {
 	out := make([]lag.Consumer, 0, len(consumers))
@@ -662,9 +604,6 @@ func LagConsumers(consumers []Consumer) []lag.Consumer {
 	}
 	return out
 }
-
-// Routing is the configuration's routing table.
-func (c *Config) Routing() *routing.Table { return Routing(c.Consumers, c.Routes) }
 
 // Error is one invalid value.
 type Error struct {

@@ -42,8 +42,21 @@ func TestParseFillsDefaults(t *testing.T) {
 		r.Backoff.Jitter != 0.2 || c.Compaction.Interval != time.Hour || c.Compaction.BatchSize != 1000 {
 		t.Fatalf("package defaults not applied: %+v %+v", c.Relay, c.Compaction)
 	}
-	if r := c.Routes[0].Rule(); !r.Matches("entity.customer.updated", "DDM_ENTITY") || r.Matches("entity.order.updated", "DDM_ENTITY") {
+	if r := c.Routes[0].Rule("webhook"); !r.Matches("entity.customer.updated", "DDM_ENTITY") || r.Matches("entity.order.updated", "DDM_ENTITY") {
 		t.Fatal("route matching")
+	}
+	// Snapshot events go to search consumers, to others only when a route
+	// says snapshots: true.
+	yes := true
+	for _, c := range []struct {
+		typ       string
+		snapshots *bool
+		want      bool
+	}{{"webhook", nil, false}, {"nats", nil, false}, {"search", nil, true}, {"webhook", &yes, true}} {
+		r := Route{Consumer: "x", Snapshots: c.snapshots}
+		if got := r.Rule(c.typ).Matches("entity.customer.snapshot", "DDM_ENTITY"); got != c.want {
+			t.Errorf("a %s route (snapshots %v) takes a snapshot: %v, want %v", c.typ, c.snapshots, got, c.want)
+		}
 	}
 }
 
