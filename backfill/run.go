@@ -233,13 +233,14 @@ func (b *runner) throttle(ctx context.Context) error {
 			}
 			if p.Phase != PhaseWait {
 				p.Phase = PhaseWait
-				p.Waiting = fmt.Sprintf("the outbox holds more than max_backlog (%d) pending events", b.rd.src.MaxBacklog)
+				p.Waiting = fmt.Sprintf("the outbox holds more than max_backlog (%d) pending events: waiting for the relays to deliver them", b.rd.src.MaxBacklog)
 				b.report()
 			}
 			wait = 100 * time.Millisecond
 		}
 		if time.Since(lastBeat) >= b.cfg.Heartbeat {
 			lastBeat = time.Now()
+			b.rates()
 			if err := b.job.save(ctx, b.cfg.Pool); err != nil && errors.Is(err, ErrLost) {
 				return err
 			}

@@ -36,4 +36,11 @@
 //
 // Events without an
 // aggregate_id take no lock: they have no order to keep.
+//
+// # Snapshot events
+//
+// A service that writes the whole state of aggregates it already has (a
+// backfill of its own; searchsync's is `searchsync backfill`) calls
+// Writer.Lock before it reads their rows and Writer.Write after, in one
+// transaction, with event types ending in ".snapshot" (docs/backfill.md).
 package outbox
