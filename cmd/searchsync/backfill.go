@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/searchsync/searchsync/backfill"
 	"github.com/searchsync/searchsync/internal/config"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/projections"
 )
 
 // BackfillCmd writes snapshot events of existing data from a declared
@@ -47,7 +52,17 @@ func (c *BackfillStartCmd) Run(ctx context.Context, g *Globals) error {
 		if c.JSON {
 			return printJSON(plan)
 		}
-		printBackfillPlan(e.cfg, plan)
+		set, err := loadProjections(e.cfg, builtinExamples)
+		if err != nil {
+			return err
+		}
+		defs, err := loadDefs(e.cfg)
+		if err != nil {
+			return err
+		}
+		printBackfillPlan(e.cfg, plan, func(ev *outbox.Event, consumer string) string {
+			return projectedText(e.cfg, set, defs, ev, consumer)
+		})
 		return nil
 	}
 	var last time.Time
@@ -93,7 +108,41 @@ func backfillLine(name string, p backfill.Progress) string {
 	return s
 }
 
-func printBackfillPlan(cfg *config.Config, p *backfill.Plan) {
+// projectedText is what a search consumer would write for a sample event:
+// the projection, the operation, whether it is full state, the document.
+// "" for a consumer that is not a search consumer.
+func projectedText(cfg *config.Config, set *projections.Set, defs mapping.Defs, ev *outbox.Event, consumer string) string {
+	var indexes []string
+	for _, c := range cfg.Consumers {
+		if c.Name == consumer && c.Search != nil {
+			indexes = c.Search.Indexes
+		}
+	}
+	if indexes == nil {
+		return ""
+	}
+	res, err := set.Project(ev, indexes, func(index string) string {
+		if d := defs[index]; d != nil {
+			return d.VersionPath
+		}
+		return ""
+	})
+	switch {
+	case err != nil:
+		return "poison: " + err.Error()
+	case res == nil:
+		return "no projection of " + strings.Join(indexes, ", ") + " takes this event: it would be skipped"
+	case res.Op != projections.OpIndex:
+		return fmt.Sprintf("projection %s: %s, not a document (check delete_on and ignore_on)", res.Projection, res.Op)
+	}
+	doc, _ := json.Marshal(res.Doc)
+	if res.Partial {
+		return fmt.Sprintf("projection %s → %s/%s v%d PARTIAL (add \"*.snapshot\" to the projection's full_state_on): %s", res.Projection, res.Index, res.ID, res.Version, doc)
+	}
+	return fmt.Sprintf("projection %s → %s/%s v%d full state: %s", res.Projection, res.Index, res.ID, res.Version, doc)
+}
+
+func printBackfillPlan(cfg *config.Config, p *backfill.Plan, project func(*outbox.Event, string) string) {
 	s := p.Source
 	fmt.Printf("backfill %s (dry run: nothing written)\n", s.Name)
 	fmt.Printf("  rows now:     %d (one snapshot event each)\n", p.Rows)
@@ -110,6 +159,11 @@ func printBackfillPlan(cfg *config.Config, p *backfill.Plan) {
 			fmt.Printf("  tenant_id %s\n", ev.TenantID)
 		}
 		fmt.Printf("  payload %s\n", ev.Payload)
+		for _, c := range to {
+			if t := project(&ev, c); t != "" {
+				fmt.Printf("  %s: %s\n", c, t)
+			}
+		}
 		if len(to) == 0 {
 			fmt.Println("  (no route takes this event: it would be skipped)")
 		}

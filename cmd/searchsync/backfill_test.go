@@ -35,7 +35,8 @@ func TestBackfillCommandsOnTheCustomerExample(t *testing.T) {
 	env := []string{"DATABASE_URL=" + db.URL}
 
 	out, errOut, code := runCLI(t, env, "-c", file, "backfill", "customers", "--dry-run", "--sample", "1")
-	if code != 0 || !strings.Contains(out, "rows now:     10000") || !strings.Contains(out, "entity.customer.snapshot") || !strings.Contains(out, "→ consumers [search]") {
+	if code != 0 || !strings.Contains(out, "rows now:     10000") || !strings.Contains(out, "entity.customer.snapshot") || !strings.Contains(out, "→ consumers [search]") ||
+		!strings.Contains(out, "search: projection customer → customers/") || !strings.Contains(out, "full state: {") {
 		t.Fatalf("dry run (exit %d):\n%s%s", code, out, errOut)
 	}
 	if n := count(t, db, "SELECT count(*) FROM aa_outbox_event"); n != 0 {
