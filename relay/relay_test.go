@@ -26,7 +26,7 @@ func TestDeliversInOrderRoutesAndSkips(t *testing.T) {
 	rc := newReceiver(t)
 	cfg := fast()
 	route := config.Route{Consumer: "hook", EventTypes: []string{"entity.customer.*"}}
-	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL), Match: route.Rule().Matches}}
+	cfg.Routes = []relay.Route{{Consumer: newHook("hook", rc.URL), Match: route.Rule("webhook").Matches}}
 	r, _ := start(t, db, cfg)
 
 	aggs := make([]uuid.UUID, 10)
@@ -468,7 +468,7 @@ func TestPanickingConsumerIsARetry(t *testing.T) {
 	rc := newReceiver(t)
 	cfg := fast()
 	route := config.Route{Consumer: "panicky", EventTypes: []string{"entity.broken.*"}}
-	cfg.Routes = []relay.Route{{Consumer: panicky{}, Match: route.Rule().Matches}, {Consumer: newHook("hook", rc.URL)}}
+	cfg.Routes = []relay.Route{{Consumer: panicky{}, Match: route.Rule("webhook").Matches}, {Consumer: newHook("hook", rc.URL)}}
 	start(t, db, cfg)
 	a, b := uuid.New(), uuid.New()
 	bad := write(t, db, event(&a, "entity.broken.updated", "DDM_ENTITY", 1))[0]
