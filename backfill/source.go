@@ -231,9 +231,12 @@ func (r *Reader) prepare(query string, hasTenant, hasSchema, hasAggType bool) {
 	r.readFirstSQL = "SELECT " + cols + from + "WHERE $1::text IS NULL" + order
 	r.readNextSQL = "SELECT " + cols + from + "WHERE " + after + order
 	// The chunk's rows again, after their aggregates are locked: the key
-	// range of the chunk, only the aggregates locked ($4).
+	// range of the chunk (chunk keeps those of the aggregates locked). A
+	// condition on the locked ids here would make the plan probe the key's
+	// index once per id (about 18 µs of PostgreSQL CPU a row) instead of
+	// reading the range.
 	r.rowsSQL = "SELECT " + cols + from + "WHERE " + key + " >= $1::text::" + r.keyType + " AND " + key + " <= $2::text::" + r.keyType +
-		" AND s.aggregate_id = ANY($4::uuid[]) ORDER BY " + key
+		" ORDER BY " + key
 }
 
 // Source is the source read, with its defaults.
@@ -278,6 +281,12 @@ func (e *RowError) Error() string {
 }
 
 func (r *Reader) scanRows(rows pgx.Rows, err error) ([]Row, error) {
+	return r.scanKept(rows, err, nil)
+}
+
+// scanKept is scanRows keeping only the rows whose aggregate keep holds
+// (nil: every row); the others are left out before they are checked.
+func (r *Reader) scanKept(rows pgx.Rows, err error, keep map[uuid.UUID]bool) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backfill source %s: read: %w", r.src.Name, err)
 	}
@@ -295,6 +304,9 @@ func (r *Reader) scanRows(rows pgx.Rows, err error) ([]Row, error) {
 		e := &row.Event
 		if err := rows.Scan(&key, &e.AggregateID, &etype, &payload, &e.TenantID, &schema, &aggType); err != nil {
 			return nil, fmt.Errorf("backfill source %s: read: %w", r.src.Name, err)
+		}
+		if keep != nil && (e.AggregateID == nil || !keep[*e.AggregateID]) {
+			continue // not locked: a row that came into the chunk's range after its keys were read
 		}
 		if key == nil {
 			return nil, &RowError{Source: r.src.Name, Key: "NULL", Reason: fmt.Sprintf("the key column %s is NULL", r.src.Key)}
@@ -357,7 +369,7 @@ func (r *Reader) chunk(ctx context.Context, tx pgx.Tx, w *outbox.Writer, after s
 	var (
 		keys []string
 		aggs []outbox.Aggregate
-		ids  []uuid.UUID
+		ids  = map[uuid.UUID]bool{}
 	)
 	for kr.Next() {
 		var (
@@ -380,7 +392,7 @@ func (r *Reader) chunk(ctx context.Context, tx pgx.Tx, w *outbox.Writer, after s
 		keys = append(keys, *k)
 		if id != nil && typ != nil {
 			aggs = append(aggs, outbox.Aggregate{Type: *typ, ID: *id})
-			ids = append(ids, *id)
+			ids[*id] = true
 		}
 	}
 	kr.Close()
@@ -393,7 +405,8 @@ func (r *Reader) chunk(ctx context.Context, tx pgx.Tx, w *outbox.Writer, after s
 	if err := w.Lock(ctx, tx, aggs...); err != nil {
 		return nil, "", fmt.Errorf("backfill source %s: %w", r.src.Name, err)
 	}
-	rows, err = r.scanRows(tx.Query(ctx, r.rowsSQL, keys[0], keys[len(keys)-1], r.src.AggregateType, ids))
+	rr, err := tx.Query(ctx, r.rowsSQL, keys[0], keys[len(keys)-1], r.src.AggregateType)
+	rows, err = r.scanKept(rr, err, ids)
 	if err != nil {
 		return nil, "", err
 	}
