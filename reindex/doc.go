@@ -27,6 +27,11 @@
 //     are skipped (without reading their payloads when every projection of
 //     the alias uses the aggregate id as document id and a plain version
 //     path; the event heads are read during the copy).
+//     With Config.SeedSource (`--seed source:<name>`) the seed reads a
+//     backfill source instead (sourceseed.go): its rows in key order by
+//     keyset, each row's snapshot event projected and folded as the replay
+//     does, written with its version as external version; the last key
+//     written is the progress a resumed seed continues from.
 //  4. Replay: the retained events (dispatched, and pending ones no failed
 //     event blocks) in id order, through upcasters and projections, coalesced
 //     per document within a chunk by projections.Fold (the search
@@ -99,7 +104,14 @@
 // tombstones leave the index.
 //
 // A projection change is applied to replayed events; seeded documents are
-// copied as they are unless Config.Reproject rewrites them.
+// copied as they are unless Config.Reproject rewrites them. Seeding from a
+// backfill source (Config.SeedSource) recovers what the live index lacks
+// and applies the projection to every document; the check then compares
+// the source's rows now (less those that are no document of the alias)
+// with the target's visible documents, re-read while they differ, instead
+// of comparing with the live index (verifySource). A delete that raced the
+// seed is newer than the row the seed read, and its retained event is
+// replayed after the seed, so the document does not come back.
 //
 // # Leftovers
 //

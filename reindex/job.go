@@ -21,7 +21,7 @@ const JobKind = "reindex"
 // Phases of a reindex, recorded in aa_job.progress.phase.
 const (
 	PhaseCreate  = "create"  // the target index is being created
-	PhaseSeed    = "seed"    // documents are copied from the live index
+	PhaseSeed    = "seed"    // documents are copied from the live index (or read from a backfill source)
 	PhaseReplay  = "replay"  // the outbox is replayed into the target
 	PhaseVerify  = "verify"  // the completeness check runs
 	PhaseSwap    = "swap"    // the alias moves
@@ -41,6 +41,10 @@ type Params struct {
 	// DualWrite is set once the target exists: from then on the search
 	// consumer writes every op to the target too (see Targets).
 	DualWrite bool `json:"dual_write"`
+	// Seed is where the seed reads: "" for the live index, "source:<name>"
+	// for a backfill source (Config.SeedSource). A resumed run must seed
+	// the same way.
+	Seed string `json:"seed,omitempty"`
 }
 
 // Progress is where a reindex stands (aa_job.progress), written with every
@@ -53,6 +57,14 @@ type Progress struct {
 	DocsTotal int64  `json:"docs_total,omitempty"`
 	SeedDone  bool   `json:"seed_done"`
 	SeedTask  string `json:"seed_task,omitempty"` // the engine's _reindex task while seeding
+	// SeedKey is, when seeding from a backfill source, the key of the last
+	// source row whose document is written (with every row before it): a
+	// resumed seed reads after it. Nil before the first chunk.
+	SeedKey *string `json:"seed_key,omitempty"`
+	// SeedLeftOut counts the source rows read that gave no document of
+	// this alias (another index or tenant, an ignored event type); the
+	// completeness check subtracts them from the source's rows.
+	SeedLeftOut int64 `json:"seed_left_out,omitempty"`
 	// TombstonesDropped counts the tombstones of the live index not
 	// copied (or deleted after the replay) because their events were all
 	// compacted.

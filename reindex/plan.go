@@ -18,11 +18,15 @@ type Plan struct {
 	UpToDate       bool     `json:"up_to_date"` // the live index already matches the definition
 	MappingChanges []string `json:"mapping_changes"`
 	SettingChanges []string `json:"setting_changes"`
-	DocsToSeed     int64    `json:"docs_to_seed"`
-	EventsToReplay int64    `json:"events_to_replay"`
-	FirstEventID   int64    `json:"first_event_id"`
-	LastEventID    int64    `json:"last_event_id"`
-	Running        *Job     `json:"running,omitempty"` // a reindex already running (or to resume)
+	// Seed is where the seed reads: "index" (the live index) or
+	// "source:<name>"; DocsToSeed is then the live index's documents
+	// (tombstones included) or the rows the source's query yields now.
+	Seed           string `json:"seed"`
+	DocsToSeed     int64  `json:"docs_to_seed"`
+	EventsToReplay int64  `json:"events_to_replay"`
+	FirstEventID   int64  `json:"first_event_id"`
+	LastEventID    int64  `json:"last_event_id"`
+	Running        *Job   `json:"running,omitempty"` // a reindex already running (or to resume)
 }
 
 // DryRun says what Run would do, changing nothing.
@@ -46,7 +50,16 @@ func (r *Reindexer) DryRun(ctx context.Context) (*Plan, error) {
 	} else if p.Target, err = mapping.NextFree(ctx, r.cfg.Engine, r.alias); err != nil {
 		return nil, err
 	}
-	if _, p.DocsToSeed, err = r.adm.GroupCounts(ctx, src, nil, nil); err != nil {
+	p.Seed = seedFlag(r.cfg.seedSpec())
+	if r.cfg.SeedSource != nil {
+		rd, err := r.openSource(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if p.DocsToSeed, err = rd.Count(ctx, r.cfg.Pool); err != nil {
+			return nil, fmt.Errorf("reindex: %w", err)
+		}
+	} else if _, p.DocsToSeed, err = r.adm.GroupCounts(ctx, src, nil, nil); err != nil {
 		return nil, err
 	}
 	rows, err := r.cfg.Pool.Query(ctx, countEventsSQL, int64(0))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/searchsync/searchsync/backfill"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
@@ -81,6 +82,13 @@ type Config struct {
 	// bulk) instead of the engine's _reindex API. Default false; implied by
 	// Reproject.
 	ClientSeed bool
+	// SeedSource, when set, seeds the target from this backfill source
+	// (`--seed source:<name>`) instead of copying the live index: its rows
+	// are read in key order, projected as the replay projects events and
+	// written with their versions as external versions; the completeness
+	// check then compares with the source's rows (see seedFromSource and
+	// verifySource).
+	SeedSource *backfill.Source
 	// Force rebuilds even when the live index already matches the definition
 	// (after a projection change, which the definition hash does not cover).
 	Force bool
@@ -170,9 +178,10 @@ type Reindexer struct {
 	versionPathSQL []string
 	idIsAggregate  bool
 	skippedEvents  atomic.Int64
-	finished       atomic.Bool   // the job row was ended by this run
-	seedDone       chan struct{} // closed when the seed of this run finished (nil: no seed runs)
-	versionsKnown  chan struct{} // closed once seeded is complete, before the copy ends (nil: with seedDone)
+	finished       atomic.Bool      // the job row was ended by this run
+	seedDone       chan struct{}    // closed when the seed of this run finished (nil: no seed runs)
+	srcReader      *backfill.Reader // Config.SeedSource, opened (nil: not yet)
+	versionsKnown  chan struct{}    // closed once seeded is complete, before the copy ends (nil: with seedDone)
 
 	slow   time.Duration     // tests: a pause per replayed chunk
 	source string            // the live index (tombstones are read from it)
@@ -182,13 +191,15 @@ type Reindexer struct {
 
 // replayHooks are called, when set, by the seed and the replay (tests
 // only): beforeCopy once the seed's look-ups are done, right before the
-// copy starts; beforeDispatch once a chunk is queued for its writes, before
+// copy starts; beforeSeedWrite, seeding from a source, with the rows of a
+// chunk read and projected, before their writes are sent; beforeDispatch once a chunk is queued for its writes, before
 // they are sent; beforeBulk in each write of a chunk, right before it is
 // sent. The last two get the last outbox id of the chunk.
 type replayHooks struct {
-	beforeCopy     func()
-	beforeDispatch func(chunkLast int64)
-	beforeBulk     func(chunkLast int64)
+	beforeCopy      func()
+	beforeSeedWrite func(rows []backfill.Row)
+	beforeDispatch  func(chunkLast int64)
+	beforeBulk      func(chunkLast int64)
 }
 
 // New checks cfg and returns a Reindexer.
@@ -318,11 +329,13 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 		return nil, err
 	}
 	hash := r.cfg.Def.Hash()
-	params := Params{Alias: r.alias, Source: src, SourceHash: mapping.LiveHash(info.Mappings), Hash: hash, KeepOld: r.cfg.KeepOld.String()}
+	params := Params{Alias: r.alias, Source: src, SourceHash: mapping.LiveHash(info.Mappings), Hash: hash, KeepOld: r.cfg.KeepOld.String(), Seed: r.cfg.seedSpec()}
 	if running, _, err := Running(ctx, r.cfg.Pool, r.alias); errors.Is(err, ErrNoJob) && params.SourceHash == hash && !r.cfg.Force {
 		return nil, ErrUpToDate
 	} else if err != nil && !errors.Is(err, ErrNoJob) {
 		return nil, err
+	} else if running != nil && running.Params.Seed != params.Seed {
+		return nil, seedMismatch(running.ID, running.Params.Seed, params.Seed, r.alias)
 	} else if running != nil && running.Params.Source != "" && running.Params.Source != src && running.Params.Target != src {
 		return nil, fmt.Errorf("reindex: the running job %d was rebuilding %s from %s, but the alias now points to %s; abort it first", running.ID, r.alias, running.Params.Source, src)
 	}
@@ -334,6 +347,9 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 	if job.Resumed {
 		if job.Params.Hash != hash {
 			return nil, fmt.Errorf("reindex: job %d was started for definition hash %s, the definition now has %s; run `searchsync reindex abort %s` first", job.ID, short(job.Params.Hash), short(hash), r.alias)
+		}
+		if job.Params.Seed != params.Seed {
+			return nil, seedMismatch(job.ID, job.Params.Seed, params.Seed, r.alias)
 		}
 		r.log.Info("reindex: resuming an interrupted job", "job_id", job.ID, "phase", job.Progress.Phase, "last_id", job.Progress.LastID, "target", job.Params.Target)
 	}
@@ -392,46 +408,12 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	// from then on every live op reaches the target, and everything
 	// delivered before is committed and visible to the replay. The seed's
 	// look-ups run meanwhile (startSeedPrep says why that is safe).
-	seeding := !r.snapshot().SeedDone
-	if seeding {
-		r.seedDone = make(chan struct{})
-		if job.Resumed {
-			// An interrupted copy may have copied any tombstone.
-			r.update(func(p *Progress) { p.DropTombstones = true })
-		}
-	}
+	// 3. Seed from the live index or the source (history compaction
+	// removed).
 	tw := time.Now()
-	if !job.Params.DualWrite {
-		job.Params.DualWrite = true
-		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
-			return nil, err
-		}
-		if seeding {
-			r.prep = r.startSeedPrep(ctx, job.Params.Source, r.cfg.Reproject == nil && !r.cfg.ClientSeed, true)
-		}
-		if err := sleep(ctx, 2*TargetsTTL+200*time.Millisecond); err != nil {
-			if r.prep != nil {
-				<-r.prep.done // it ends with ctx
-			}
-			return nil, err
-		}
-	}
-
-	// 3. Seed from the live index (history compaction removed). A refresh
-	// first, so that the copy sees every write made before dual writes began.
-	t0 := time.Now()
-	if err := r.cfg.Engine.Refresh(ctx, job.Params.Source); err != nil {
-		return nil, fmt.Errorf("reindex: refresh %s: %w", job.Params.Source, err)
-	}
-	r.log.Debug("reindex: live index refreshed", "ms", time.Since(t0).Milliseconds())
-	if !seeding {
-		r.startPrefetch(ctx, false)
-	}
-	if seeding {
-		if err := r.seed(ctx, job.Params.Source); err != nil {
-			return nil, err
-		}
-		close(r.seedDone)
+	t0, err := r.dualWritesAndSeed(ctx)
+	if err != nil {
+		return nil, err
 	}
 	t1 := time.Now()
 
@@ -464,7 +446,12 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	report, err := r.verify(ctx, job.Params.Source, r.target)
+	var report *Report
+	if r.cfg.SeedSource != nil {
+		report, err = r.verifySource(ctx, r.target)
+	} else {
+		report, err = r.verify(ctx, job.Params.Source, r.target)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -476,6 +463,69 @@ func (r *Reindexer) run(ctx context.Context, start time.Time) (*Result, error) {
 
 	// 6. Swap.
 	return r.finish(ctx, start, report)
+}
+
+// dualWritesAndSeed switches dual writes on and waits until every search
+// consumer has seen it, starting the seed's look-ups meanwhile, then seeds
+// the target when this run has to (from the live index, or from the backfill
+// source). t0 is when the wait ended.
+func (r *Reindexer) dualWritesAndSeed(ctx context.Context) (t0 time.Time, err error) {
+	job := r.job
+	fromSource := r.cfg.SeedSource != nil
+	seeding := !r.snapshot().SeedDone
+	if seeding {
+		r.seedDone = make(chan struct{})
+		if job.Resumed && !fromSource {
+			// An interrupted copy may have copied any tombstone.
+			r.update(func(p *Progress) { p.DropTombstones = true })
+		}
+	}
+	if !job.Params.DualWrite {
+		job.Params.DualWrite = true
+		if err := job.saveParams(ctx, r.cfg.Pool); err != nil {
+			return t0, err
+		}
+		switch {
+		case seeding && fromSource:
+			r.startPrefetch(ctx, true) // nothing to look up in the live index
+		case seeding:
+			r.prep = r.startSeedPrep(ctx, job.Params.Source, r.cfg.Reproject == nil && !r.cfg.ClientSeed, true)
+		}
+		if err := sleep(ctx, 2*TargetsTTL+200*time.Millisecond); err != nil {
+			if r.prep != nil {
+				<-r.prep.done // it ends with ctx
+			}
+			return t0, err
+		}
+	}
+	t0 = time.Now()
+	if fromSource {
+		if r.prefetch == nil {
+			r.startPrefetch(ctx, false)
+		}
+		if seeding {
+			if err := r.seedFromSource(ctx); err != nil {
+				return t0, err
+			}
+			close(r.seedDone)
+		}
+		return t0, nil
+	}
+	// A refresh first, so that the copy sees every write made before dual
+	// writes began.
+	if err := r.cfg.Engine.Refresh(ctx, job.Params.Source); err != nil {
+		return t0, fmt.Errorf("reindex: refresh %s: %w", job.Params.Source, err)
+	}
+	r.log.Debug("reindex: live index refreshed", "ms", time.Since(t0).Milliseconds())
+	if !seeding {
+		r.startPrefetch(ctx, false)
+		return t0, nil
+	}
+	if err := r.seed(ctx, job.Params.Source); err != nil {
+		return t0, err
+	}
+	close(r.seedDone)
+	return t0, nil
 }
 
 // prepareTarget names the job's target index (the next free one, saved in

@@ -48,6 +48,14 @@ type Report struct {
 	// not delivered when the check began (they had stopped delivering):
 	// the live index lacked them, so the counts were bound to differ.
 	Owed int64 `json:"owed,omitempty"`
+	// SeedSource names the backfill source the target was seeded from
+	// (--seed source:<name>); the check then compares counts with it:
+	// OldTotal is SourceRows (the rows its query yields now) less
+	// SourceLeftOut (the rows the seed read that gave no document of the
+	// alias), NewTotal the target's documents through the alias filter.
+	SeedSource    string `json:"seed_source,omitempty"`
+	SourceRows    int64  `json:"source_rows,omitempty"`
+	SourceLeftOut int64  `json:"source_left_out,omitempty"`
 }
 
 // GroupCount is the count of one group in both indexes.
@@ -63,6 +71,15 @@ func (r *Report) String() string {
 	verdict := "FAILED"
 	if r.OK {
 		verdict = "ok"
+	}
+	if r.SeedSource != "" {
+		fmt.Fprintf(&b, "completeness check %s: backfill source %s vs %s (new)\n", verdict, r.SeedSource, r.Target)
+		fmt.Fprintf(&b, "  source rows now %d, of which %d are no document of this alias: %d documents expected, new has %d\n",
+			r.SourceRows, r.SourceLeftOut, r.OldTotal, r.NewTotal)
+		if r.Owed > 0 {
+			fmt.Fprintf(&b, "  the live consumers had not delivered %d events the replay wrote (is the relay running, a consumer paused?)\n", r.Owed)
+		}
+		return b.String()
 	}
 	fmt.Fprintf(&b, "completeness check %s: %s (old) vs %s (new)\n", verdict, r.Source, r.Target)
 	fmt.Fprintf(&b, "  documents: old %d, new %d; ids, versions and groups compared: %d\n", r.OldTotal, r.NewTotal, r.Compared)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/searchsync/searchsync/backfill"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/reindex"
@@ -28,6 +29,7 @@ type ReindexStartCmd struct {
 	DryRun       bool          `help:"Say what would be done (new index, definition changes, events to replay, documents to seed); change nothing."`
 	KeepOld      time.Duration `default:"24h" help:"Keep the old index this long after the swap (0: delete it right away)."`
 	Force        bool          `help:"Rebuild even when the live index matches the definition (after a projection change)."`
+	Seed         string        `default:"index" help:"Where the new index is seeded from: index (copy the live index) or source:<name> (read the backfill source <name>: backfill.sources, docs/reindex.md)."`
 	ClientSeed   bool          `help:"Copy the live documents through searchsync (scroll + bulk) instead of the engine's _reindex API."`
 	Resume       bool          `help:"Only resume an interrupted reindex (fail when there is none). Without it, an interrupted one is resumed too."`
 	StaleAfter   time.Duration `default:"15s" help:"A running reindex whose heartbeat is older than this is taken over."`
@@ -53,6 +55,10 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	seedSrc, err := reindexSeed(e.cfg, c.Seed, c.ClientSeed)
+	if err != nil {
+		return err
+	}
 	keep := c.KeepOld
 	if keep == 0 {
 		keep = -1 // Config: negative deletes right after the swap
@@ -60,7 +66,7 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	var last time.Time
 	cfg := reindex.Config{
 		Pool: pool, Engine: eng, Def: def, Tenant: tenant, Projections: set,
-		Wants: searchRoutes(e.cfg, def.Alias), Consumers: searchConsumers(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, CatchUpStall: c.CatchUpStall, Force: c.Force, ClientSeed: c.ClientSeed,
+		Wants: searchRoutes(e.cfg, def.Alias), Consumers: searchConsumers(e.cfg, def.Alias), KeepOld: keep, StaleAfter: c.StaleAfter, CatchUpStall: c.CatchUpStall, Force: c.Force, ClientSeed: c.ClientSeed, SeedSource: seedSrc,
 		ChunkSize: c.ChunkSize, BulkSize: c.BulkSize, Concurrency: c.Concurrency, Logger: e.logger,
 		OnProgress: func(p reindex.Progress) {
 			if time.Since(last) < 2*time.Second {
@@ -125,6 +131,25 @@ func (c *ReindexStartCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
+// reindexSeed reads --seed: nil for index (the live index), the declared
+// backfill source for source:<name>.
+func reindexSeed(cfg *config.Config, seed string, clientSeed bool) (*backfill.Source, error) {
+	name, ok := strings.CutPrefix(seed, "source:")
+	switch {
+	case seed == "index":
+		return nil, nil
+	case !ok || name == "":
+		return nil, fmt.Errorf("reindex: --seed %q: want index or source:<name> (a backfill source of the configuration)", seed)
+	case clientSeed:
+		return nil, errors.New("reindex: --client-seed copies the live index; it does not go with --seed source:…")
+	}
+	src, err := cfg.BackfillSource(name)
+	if err != nil {
+		return nil, fmt.Errorf("reindex: --seed %s: %w", seed, err)
+	}
+	return &src, nil
+}
+
 // reindexDef finds the definition of alias: a definition's own alias, or
 // <alias>_<tenant> of a per_tenant definition.
 func reindexDef(cfg *config.Config, alias string) (*mapping.Def, string, error) {
@@ -179,6 +204,9 @@ func progressLine(p reindex.Progress) string {
 	}
 	switch p.Phase {
 	case reindex.PhaseSeed:
+		if p.SeedKey != nil {
+			return fmt.Sprintf("seed: %d documents written from the source, up to key %s (%.0f docs/s, ETA %s)", p.DocsSeeded, *p.SeedKey, p.Rate, orDash(p.ETA))
+		}
 		return fmt.Sprintf("seed: %d documents copied (%.0f docs/s, ETA %s)", p.DocsSeeded, p.Rate, orDash(p.ETA))
 	case reindex.PhaseReplay:
 		return fmt.Sprintf("replay: id %d of %d, %d events, %d documents written (%.0f docs/s, ETA %s)", p.LastID, p.Watermark, p.EventsReplayed, p.DocsWritten, p.Rate, orDash(p.ETA))
@@ -207,7 +235,11 @@ func printPlan(p *reindex.Plan) {
 	if len(p.SettingChanges) > 0 {
 		fmt.Printf("setting changes:  %s\n", strings.Join(p.SettingChanges, ", "))
 	}
-	fmt.Printf("documents to seed: %d (from %s, tombstones included)\n", p.DocsToSeed, p.Source)
+	if src, ok := strings.CutPrefix(p.Seed, "source:"); ok {
+		fmt.Printf("documents to seed: %d (rows of the backfill source %s; the live index is not copied)\n", p.DocsToSeed, src)
+	} else {
+		fmt.Printf("documents to seed: %d (from %s, tombstones included)\n", p.DocsToSeed, p.Source)
+	}
 	fmt.Printf("events to replay:  %d (ids %d–%d)\n", p.EventsToReplay, p.FirstEventID, p.LastEventID)
 	if p.Running != nil {
 		fmt.Printf("running job:      %d (owner %s, phase %s, last id %d): it would be resumed once its heartbeat is stale\n",
