@@ -82,6 +82,10 @@ type BulkOp struct {
 	// one line, which also checks it (an invalid line would spoil the whole
 	// NDJSON request, not only its item).
 	Compact bool
+	// SameVersion writes with version_type external_gte: a document the
+	// index holds at this very version is replaced too (a full-state
+	// snapshot over a document partial events built, projections.Fold).
+	SameVersion bool
 }
 
 // BulkResult is the engine's answer for one op.

@@ -62,7 +62,11 @@ func appendOp(buf *bytes.Buffer, op *BulkOp) error {
 	writeJSONString(buf, op.ID)
 	buf.WriteString(`,"version":`)
 	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), op.Version, 10))
-	buf.WriteString(`,"version_type":"external"`)
+	if op.SameVersion {
+		buf.WriteString(`,"version_type":"external_gte"`)
+	} else {
+		buf.WriteString(`,"version_type":"external"`)
+	}
 	if op.Routing != "" {
 		buf.WriteString(`,"routing":`)
 		writeJSONString(buf, op.Routing)

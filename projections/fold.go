@@ -40,7 +40,13 @@ const (
 //
 //   - An event whose version is not above the state's (or an event applied
 //     before) is Stale and skipped; a state of version 0 with nothing
-//     applied takes any version.
+//     applied takes any version. One exception: a full-state snapshot at
+//     the state's own version is applied. It is the whole state at that
+//     version (a backfill reads it under the aggregate's lock), while the
+//     state may have been merged from partial events onto a document the
+//     index never had (data older than the outbox). Snapshot says so, and
+//     the write may then replace a document of the same version
+//     (version_type external_gte).
 //   - OpIndex: a partial result merges onto the state (objects key by key,
 //     a key it does not mention is kept), a full-state one replaces it. In
 //     an index that tenants share, the tenant field is filled in from the
@@ -61,6 +67,8 @@ type Fold struct {
 	version int64
 	applied int
 	deleted bool
+	// snapshot: the last applied event was a full-state snapshot.
+	snapshot bool
 }
 
 // NewFold starts a fold onto doc (nil: no document yet), held at version
@@ -74,9 +82,12 @@ func (f *Fold) Apply(r *Result) Step {
 	if r.Op == OpIgnore {
 		return Ignored
 	}
-	if r.Version <= f.version && (f.version > 0 || f.applied > 0) {
+	full := r.Op == OpIndex && r.Snapshot && !r.Partial
+	sameVersion := full && r.Version == f.version && !f.deleted
+	if r.Version <= f.version && (f.version > 0 || f.applied > 0) && !sameVersion {
 		return Stale
 	}
+	f.snapshot = full
 	tombstone := f.rules.TombstoneField
 	switch r.Op {
 	case OpIndex:
@@ -123,6 +134,12 @@ func (f *Fold) lacksTenant(doc map[string]any, tenant string) bool {
 	_, ok := Lookup(doc, f.rules.TenantField)
 	return !ok
 }
+
+// Snapshot reports whether the last applied event was a full-state
+// snapshot: the folded document is the whole state at its version, and its
+// write may replace a document of that same version (external_gte) that
+// partial events built without the rest of the state.
+func (f *Fold) Snapshot() bool { return f.snapshot }
 
 // ApplyAll applies every result of rs in order.
 func (f *Fold) ApplyAll(rs []*Result) {

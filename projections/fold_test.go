@@ -131,3 +131,54 @@ func TestNeedsState(t *testing.T) {
 		}
 	}
 }
+
+// A full-state snapshot at the state's own version completes a document
+// that partial events built without a base (data older than the outbox);
+// its write may replace that version (Snapshot). Anything else at that
+// version, and a snapshot older than the state or after a hard delete of
+// a newer version, stays stale.
+func TestFoldSnapshotAtTheSameVersion(t *testing.T) {
+	hard := projections.Rules{}
+	snap := func(v int64, doc map[string]any) *projections.Result {
+		r := idx(v, "", false, doc)
+		r.Snapshot = true
+		return r
+	}
+	// A partial update on a document the index never had, then the snapshot
+	// of the same version: the snapshot's whole state wins.
+	f := projections.NewFold(hard, nil, 0)
+	if s := f.Apply(idx(5, "", true, map[string]any{"city": "Bonn"})); s != projections.Applied || f.Snapshot() {
+		t.Fatalf("partial: %v, snapshot %v", s, f.Snapshot())
+	}
+	if s := f.Apply(snap(5, map[string]any{"city": "Bonn", "name": "Ada"})); s != projections.Applied || !f.Snapshot() {
+		t.Fatalf("snapshot at the same version: %v, snapshot %v", s, f.Snapshot())
+	}
+	if op, v, doc := f.Write(); op != projections.OpIndex || v != 5 || !reflect.DeepEqual(doc, map[string]any{"city": "Bonn", "name": "Ada"}) {
+		t.Fatalf("write: %v v%d %v", op, v, doc)
+	}
+	// The same from a state read back from the index.
+	f = projections.NewFold(hard, map[string]any{"city": "Bonn"}, 5)
+	if s := f.Apply(snap(5, map[string]any{"city": "Bonn", "name": "Ada"})); s != projections.Applied || !f.Snapshot() {
+		t.Fatalf("snapshot onto a state of its version: %v", s)
+	}
+	// A later partial event keeps the snapshot's state and is written strictly.
+	if s := f.Apply(idx(6, "", true, map[string]any{"city": "Kiel"})); s != projections.Applied || f.Snapshot() {
+		t.Fatalf("partial after the snapshot: %v, snapshot %v", s, f.Snapshot())
+	}
+	for _, tc := range []struct {
+		name    string
+		state   map[string]any
+		version int64
+		events  []*projections.Result
+	}{
+		{"an older snapshot", map[string]any{"a": 1}, 6, []*projections.Result{snap(5, map[string]any{"a": 0})}},
+		{"a non-snapshot full state at the same version", map[string]any{"a": 1}, 5, []*projections.Result{idx(5, "", false, map[string]any{"a": 0})}},
+		{"a snapshot after a hard delete", map[string]any{"a": 1}, 4, []*projections.Result{del(5, ""), snap(5, map[string]any{"a": 0})}},
+	} {
+		f := projections.NewFold(hard, tc.state, tc.version)
+		f.ApplyAll(tc.events[:len(tc.events)-1])
+		if s := f.Apply(tc.events[len(tc.events)-1]); s != projections.Stale {
+			t.Errorf("%s: %v, want Stale", tc.name, s)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/routing"
 )
 
 // Op is what a projection asks the search consumer to do with a document.
@@ -43,6 +44,9 @@ type Result struct {
 	Doc map[string]any
 	// Partial says that Doc must be merged onto the current state.
 	Partial bool
+	// Snapshot says that the event is a snapshot (routing.IsSnapshot):
+	// Doc is the whole state at Version, written by a backfill.
+	Snapshot bool
 }
 
 // Input is what a Go projection function sees: the event and its payload,
@@ -467,7 +471,7 @@ func (s *Set) Project(e *outbox.Event, indexes []string, versionPath func(index 
 
 func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPath string) (*Result, error) {
 	k := p.kind(e.EventType)
-	out := &Result{Projection: p.Name, Op: k.op, Index: p.Index}
+	out := &Result{Projection: p.Name, Op: k.op, Index: p.Index, Snapshot: routing.IsSnapshot(e.EventType)}
 
 	id, ok := resolve(e, payload, p.ID)
 	if !ok || id == nil {

@@ -278,7 +278,7 @@ func (r *Reindexer) apply(id string, st *docState, steps []*projections.Result) 
 		kind = projections.OpIndex
 	}
 	st.copy = false
-	op = indexer.BulkOp{Index: r.target, ID: id, Version: version, Routing: st.routing}
+	op = indexer.BulkOp{Index: r.target, ID: id, Version: version, Routing: st.routing, SameVersion: f.Snapshot()}
 	if kind == projections.OpDelete {
 		op.Type = indexer.OpDelete
 		return op, true, nil

@@ -33,7 +33,7 @@ func fold(t *target, steps []step, state map[string]any, maxVersion int64) (*ind
 	if kind == projections.OpIgnore {
 		return nil, nil, nil
 	}
-	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: version, RequireAlias: true}
+	op := &indexer.BulkOp{Index: t.alias, ID: t.id, Version: version, RequireAlias: true, SameVersion: f.Snapshot()}
 	if kind == projections.OpDelete {
 		op.Type = indexer.OpDelete
 	} else {
