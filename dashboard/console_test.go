@@ -275,7 +275,7 @@ func TestConsoleQueriesPerRefresh(t *testing.T) {
 		}
 		cw := &countingWriter{ResponseWriter: w}
 		h.ServeHTTP(cw, r)
-		if r.URL.Path == "/" || !slices.Contains([]string{"/api/state", "/api/history", "/api/reindex"}, r.URL.Path) {
+		if r.URL.Path == "/" || !slices.Contains([]string{"/api/state", "/api/history", "/api/reindex", "/api/backfill"}, r.URL.Path) {
 			assetBytes.Add(cw.n)
 		}
 	}))

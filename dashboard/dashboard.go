@@ -5,6 +5,8 @@
 // lag and backlog, what is blocked by cause (failed, backing_off, paused),
 // failures, blocked aggregates, drift warnings and partitions per instance;
 // per alias, its drift and the progress of its reindex (the Reindex panel);
+// per backfill source, its newest job, with start, abort and dry run (the
+// Backfills panel: the backfills run in this process);
 // charts of the history that History keeps in PostgreSQL
 // (aa_console_sample, written by one relay at a time); event pages; and,
 // when an operator token is configured, retry, ack and skip of one event, one
@@ -60,6 +62,9 @@ type Source struct {
 	// PublicURL is the console's address behind a proxy (http.public_url):
 	// actions from a page there are the console's own (nil: none).
 	PublicURL *url.URL
+	// Backfill serves /api/backfill, the Backfills panel, and runs the
+	// backfills it starts (nil: it answers 503).
+	Backfill *Backfills
 }
 
 // Engine describes the search engine connection: where, the auth method
@@ -157,6 +162,7 @@ func Handler(src Source) http.Handler {
 	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) { serveHistory(w, r, src) })
 	src.registerEvents(mux)
 	src.registerReindex(mux)
+	src.registerBackfill(mux)
 	mux.HandleFunc("GET /events/{id}", func(w http.ResponseWriter, r *http.Request) {
 		// The event's own page (it reads /api/events/{id}).
 		http.ServeFileFS(w, r, static, "event.html")

@@ -36,6 +36,8 @@ type observer struct {
 	history *dashboard.History
 	events  *dashboard.Events
 	reindex *dashboard.Reindex
+	// backfill runs the console's backfills (a background service).
+	backfill *dashboard.Backfills
 	// pprof serves /debug/pprof/ (http.pprof); nil when off.
 	pprof http.Handler
 	// startup is run's HTTP side while it starts (what it waits for).
@@ -144,6 +146,7 @@ func (o *observer) handler(health http.Handler, pool *pgxpool.Pool, schema strin
 		Logger:     logger,
 		Reindex:    o.reindex,
 		PublicURL:  o.publicURL,
+		Backfill:   o.backfill,
 	}))
 	return mux
 }

@@ -142,6 +142,11 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 		return err
 	}
 	obs.reindex = dashboard.NewReindexPanel(pool, drift)
+	// The backfills the console starts run here; stopped with the process,
+	// their jobs are released and resume at the next start.
+	obs.backfill = &dashboard.Backfills{Sources: cfg.Backfill.Sources, Pool: pool, Schema: cfg.Database.Schema,
+		Route: cfg.Routing().To, Logger: logger}
+	services = append(services, obs.backfill)
 	for _, srch := range obs.searchables {
 		services = append(services, srch)
 	}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/searchsync/searchsync/backfill"
 	"github.com/searchsync/searchsync/dashboard"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
@@ -44,12 +45,16 @@ func (c *StatusCmd) Run(ctx context.Context, g *Globals) error {
 		doc.Indexes = drift.AliasStates()
 		indexer.Close(driftEng)
 	}
+	if doc.Backfills, err = backfillStatus(ctx, pool, e.cfg); err != nil {
+		return err
+	}
 	if c.JSON {
 		return printJSON(doc)
 	}
 	printEngine(os.Stdout, doc.Engine)
 	printStatus(os.Stdout, s)
 	printIndexes(os.Stdout, doc.Indexes)
+	printBackfills(os.Stdout, doc.Backfills)
 	for _, d := range doc.Drift {
 		fmt.Fprintln(os.Stdout, "\nDRIFT:", d)
 	}
@@ -67,6 +72,65 @@ type statusDoc struct {
 	// Indexes are the search consumers' aliases with their documents and
 	// health (what the console's Indexes table shows).
 	Indexes []dashboard.AliasDrift `json:"indexes,omitempty"`
+	// Backfills is the newest job of every backfill source that has one
+	// (a running or interrupted job is always its source's newest), as the
+	// console's Backfills panel shows it; absent when there is none.
+	Backfills []dashboard.BackfillJob `json:"backfills,omitempty"`
+}
+
+// backfillStatus reads the newest backfill job of every source.
+func backfillStatus(ctx context.Context, pool dashboard.JobsDB, cfg *config.Config) ([]dashboard.BackfillJob, error) {
+	names := make([]string, len(cfg.Backfill.Sources))
+	for i, s := range cfg.Backfill.Sources {
+		names[i] = s.Name
+	}
+	jobs, err := dashboard.LatestBackfills(ctx, pool, names, 15*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.BackfillJob, len(jobs))
+	for i, j := range jobs {
+		out[i] = dashboard.PanelBackfillJob(j)
+	}
+	return out, nil
+}
+
+// printBackfills prints the Backfills section: per source its newest job,
+// its progress and, when it is interrupted, what stopped it and how to
+// resume it.
+func printBackfills(out io.Writer, jobs []dashboard.BackfillJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKFILL\tJOB\tSTATE\tPHASE\tROWS\tRATE (rows/s)\tETA\tSINCE\tWHY")
+	for _, j := range jobs {
+		rows := fmt.Sprintf("%d/%d", j.Rows, j.Total)
+		if j.Percent != nil {
+			rows += fmt.Sprintf(" (%.0f%%)", *j.Percent)
+		}
+		rate, eta := "-", "-"
+		if j.State == backfill.StateRunning {
+			rate, eta = fmt.Sprintf("%.0f", j.Rate), cmp.Or(j.ETA, "-")
+		}
+		since := j.StartedAt
+		if j.FinishedAt != nil {
+			since = *j.FinishedAt
+		}
+		why := cmp.Or(j.Waiting, j.InterruptedBy, j.Error)
+		if j.Waiting != "" {
+			why = "waiting: " + why
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Source, j.ID, j.State, j.Phase, rows, rate, eta,
+			statusAge(time.Since(since).Seconds())+" ago", oneLineStatus(why))
+	}
+	tw.Flush()
+	for _, j := range jobs {
+		if j.State == backfill.StateInterrupted {
+			fmt.Fprintf(out, "backfill %s is interrupted after %d rows: `searchsync backfill %s` (or Start in the console) resumes it\n", j.Source, j.Rows, j.Source)
+		}
+	}
 }
 
 // printIndexes prints the aliases of the search consumers: the live index,
