@@ -53,16 +53,17 @@ type Globals struct {
 type CLI struct {
 	Globals
 
-	Migrate  MigrateCmd       `cmd:"" help:"Create or upgrade the outbox schema."`
-	Run      RunCmd           `cmd:"" help:"Deliver the outbox to the configured consumers until stopped."`
-	Demo     DemoCmd          `cmd:"" help:"Migrate, generate customer mutations and run the relay with its dashboard (the README's run command)."`
-	Search   SearchCmd        `cmd:"" help:"Search an index or alias (to watch documents arrive)."`
-	Status   StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
-	Compact  CompactCmd       `cmd:"" help:"Delete dispatched outbox events older than the retention (the outbox_compact job), now."`
-	Outbox   OutboxCmd        `cmd:"" help:"Inspect the outbox; retry or acknowledge failed events."`
-	Reindex  ReindexCmd       `cmd:"" help:"Rebuild an index from the outbox with zero downtime (abort, cleanup, status)."`
-	Backfill BackfillCmd      `cmd:"" help:"Write existing data from a declared source into the outbox as snapshot events (status, abort)."`
-	Version  kong.VersionFlag `help:"Print the version."`
+	Migrate     MigrateCmd       `cmd:"" help:"Create or upgrade the outbox schema."`
+	Run         RunCmd           `cmd:"" help:"Deliver the outbox to the configured consumers until stopped."`
+	Demo        DemoCmd          `cmd:"" help:"Migrate, generate customer mutations and run the relay with its dashboard (the README's run command)."`
+	Search      SearchCmd        `cmd:"" help:"Search an index or alias (to watch documents arrive)."`
+	Status      StatusCmd        `cmd:"" help:"Lag, backlog, failures and blocked aggregates per consumer and index."`
+	Compact     CompactCmd       `cmd:"" help:"Delete dispatched outbox events older than the retention (the outbox_compact job), now."`
+	Outbox      OutboxCmd        `cmd:"" help:"Inspect the outbox; retry or acknowledge failed events."`
+	Reindex     ReindexCmd       `cmd:"" help:"Rebuild an index from the outbox with zero downtime (abort, cleanup, status)."`
+	Backfill    BackfillCmd      `cmd:"" help:"Write existing data from a declared source into the outbox as snapshot events (status, abort)."`
+	Projections ProjectionsCmd   `cmd:"" help:"Test projections: what the search consumers would write for an event (dry run)."`
+	Version     kong.VersionFlag `help:"Print the version."`
 }
 
 // env is what every command receives: the loaded configuration and a logger.
