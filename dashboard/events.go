@@ -21,6 +21,7 @@ import (
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
+	"github.com/searchsync/searchsync/projections/dryrun"
 )
 
 // Operator actions (docs/console.md, "Actions"): the token travels in
@@ -37,6 +38,10 @@ type Events struct {
 	DB    outboxadmin.DB
 	// Token enables the actions; zero: the console is read-only.
 	Token secret.Value
+	// DryRun says what the search consumers would write for an event (the
+	// CLI's `searchsync projections test`); nil: the event page shows
+	// nothing of it.
+	DryRun *dryrun.Runner
 }
 
 // EventsPage is the JSON of GET /api/events.
@@ -54,6 +59,10 @@ type EventDetail struct {
 	// Consumers is every routed consumer's state of it: its delivery row,
 	// or the outbox row's state shared by all (outboxadmin.Admin.Deliveries).
 	Consumers []outboxadmin.Delivery `json:"consumers"`
+	// Projection is what the search consumers would write for the event
+	// now (Events.DryRun): the upcast payload, the document or the poison
+	// error with its path. Absent when the process has no dry run.
+	Projection *dryrun.Report `json:"projection,omitempty"`
 }
 
 // BlockedPage is the JSON of GET /api/blocked.
@@ -193,6 +202,10 @@ func (src Source) getEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := EventDetail{Event: &evs[0], Waiting: []outboxadmin.Listed{}, Consumers: src.Events.Admin.Deliveries(evs[0])}
+	if src.Events.DryRun != nil {
+		ev := evs[0].Event // the dry run reads a copy
+		d.Projection = src.Events.DryRun.Run(ctx, &ev)
+	}
 	if e := evs[0]; e.AggregateID != nil {
 		waiting, err := src.Events.Admin.List(ctx, src.Events.DB, outboxadmin.Filter{AggregateType: globEscape(e.AggregateType), AggregateID: e.AggregateID,
 			Statuses: []outbox.Status{outbox.StatusPending}, AfterID: e.ID, Limit: 20})

@@ -20,6 +20,7 @@ import (
 	"github.com/searchsync/searchsync/internal/metrics"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
+	"github.com/searchsync/searchsync/projections/dryrun"
 	"github.com/searchsync/searchsync/relay"
 	"github.com/searchsync/searchsync/sink"
 	"github.com/searchsync/searchsync/sink/search"
@@ -81,7 +82,9 @@ func (o *observer) newHistory(cfg *config.Config, pool *pgxpool.Pool, instance s
 
 // newEvents sets up the console's event pages and actions: the CLI's
 // operator code (outboxadmin.Admin with the configured routing), enabled for
-// actions when http.operator_token is set.
+// actions when http.operator_token is set, and the dry run of `searchsync
+// projections test` (its current documents read by the first search
+// consumer's engine: readCurrentWith).
 func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) error {
 	tok, err := cfg.HTTP.OperatorToken.Resolve("http.operator_token")
 	if err != nil {
@@ -91,11 +94,24 @@ func (o *observer) newEvents(cfg *config.Config, pool *pgxpool.Pool, logger *slo
 	if err != nil {
 		return err
 	}
-	o.events = &dashboard.Events{Admin: outboxadmin.New(cfg.Database.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: pool, Token: tok}
+	dry, err := dryRunner(cfg)
+	if err != nil {
+		return err
+	}
+	dry.Timeout = 2 * time.Second // the page waits for it
+	o.events = &dashboard.Events{Admin: outboxadmin.New(cfg.Database.Schema).WithRouting(cfg.Routing()).WithIndexes(ix), DB: pool, Token: tok, DryRun: dry}
 	if cfg.HTTP.Pprof {
 		o.pprof = profiling(tok, logger)
 	}
 	return nil
+}
+
+// readCurrentWith lets the event pages' dry run read current documents
+// through eng (a search consumer's engine client), once.
+func (o *observer) readCurrentWith(eng indexer.Engine) {
+	if o.events != nil && o.events.DryRun != nil && o.events.DryRun.Current == nil {
+		o.events.DryRun.Current = dryrun.FromEngine(eng)
+	}
 }
 
 // instrument wraps every consumer with metrics.

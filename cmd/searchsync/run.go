@@ -263,6 +263,7 @@ func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consum
 		return nil, err
 	}
 	o.Engine = eng
+	obs.readCurrentWith(eng)
 	if o.Searchable, err = obs.newSearchable(eng, cc.Name, logger); err != nil {
 		return nil, err
 	}
