@@ -206,20 +206,48 @@ func (b *runner) pace(rows int) {
 	b.nextAt = b.nextAt.Add(time.Duration(float64(rows) / b.rd.src.Rate * float64(time.Second)))
 }
 
-// backlogSQL counts the outbox's pending events, up to one more than the
-// bound ($1): the pending index answers it without reading more.
+// backlogSQL counts the outbox's pending events, up to a bound ($1): the
+// pending index answers it without reading more.
 const backlogSQL = `SELECT count(*) FROM (SELECT 1 FROM aa_outbox_event WHERE status = 'pending' LIMIT $1) x`
+
+// Bounds of the pause between two counts of the backlog while it is above
+// max_backlog: the pause is the time the relays take to deliver the excess
+// at the rate they delivered it since the last count.
+const (
+	minBacklogPoll = 10 * time.Millisecond
+	maxBacklogPoll = 100 * time.Millisecond
+)
+
+// backlogPoll is the pause before the next count: the excess above the
+// bound at the rate the backlog fell since the last count (n0 at t0), within
+// minBacklogPoll..maxBacklogPoll; maxBacklogPoll when it did not fall, and
+// a quarter of it at the first count of a pause (no rate yet).
+func backlogPoll(n0, n, bound int, t0 time.Time) time.Duration {
+	if n0 < 0 {
+		return maxBacklogPoll / 4
+	}
+	fell, dt := n0-n, time.Since(t0)
+	if fell <= 0 || dt <= 0 {
+		return maxBacklogPoll
+	}
+	d := time.Duration(float64(n-bound) / float64(fell) * float64(dt))
+	return min(max(d, minBacklogPoll), maxBacklogPoll)
+}
 
 // throttle waits until the rate limit allows the next chunk and the
 // outbox's backlog is at most MaxBacklog, heartbeating meanwhile.
 func (b *runner) throttle(ctx context.Context) error {
 	p := &b.job.progress
 	lastBeat := time.Now()
+	// The count goes up to a chunk above the bound, so that the pause
+	// can follow the excess.
+	limit := b.rd.src.MaxBacklog + b.rd.src.ChunkSize + 1
+	n0, t0 := -1, time.Time{}
 	for {
 		wait := time.Until(b.nextAt)
 		if wait <= 0 {
 			var n int
-			if err := b.cfg.Pool.QueryRow(ctx, backlogSQL, b.rd.src.MaxBacklog+1).Scan(&n); err != nil {
+			if err := b.cfg.Pool.QueryRow(ctx, backlogSQL, limit).Scan(&n); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -236,7 +264,8 @@ func (b *runner) throttle(ctx context.Context) error {
 				p.Waiting = fmt.Sprintf("the outbox holds more than max_backlog (%d) pending events: waiting for the relays to deliver them", b.rd.src.MaxBacklog)
 				b.report()
 			}
-			wait = 100 * time.Millisecond
+			wait = backlogPoll(n0, n, b.rd.src.MaxBacklog, t0)
+			n0, t0 = n, time.Now()
 		}
 		if time.Since(lastBeat) >= b.cfg.Heartbeat {
 			lastBeat = time.Now()
