@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/background"
 	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/sink/search"
 )
 
@@ -20,10 +22,13 @@ import (
 // the dashboard's banner and `searchsync status`, and the drift column of
 // the console's Reindex panel. The definitions are read again at every
 // check, so that a definition changed on disk shows as drift, and the drift
-// ends once a reindex with it has moved the alias.
+// ends once a reindex with it has moved the alias. So are the projections
+// (DriftConfig.Projections): an index built by other projections than those
+// on disk (projections.Set.Fingerprint) is drift too.
 type DriftWatcher struct {
 	eng      indexer.Engine
 	load     func() (mapping.Defs, error)
+	loadSet  func() (*projections.Set, error)
 	aliases  []string // of the search consumers, in configuration order
 	interval time.Duration
 	logger   *slog.Logger
@@ -37,6 +42,10 @@ type DriftWatcher struct {
 type DriftConfig struct {
 	// Load reads the index definitions (again at every check).
 	Load func() (mapping.Defs, error)
+	// Projections reads the projections (again at every check), whose
+	// fingerprint of each alias is compared with the live index's. nil:
+	// the projections are not checked.
+	Projections func() (*projections.Set, error)
 	// Engine is the engine the live indexes are read from.
 	Engine indexer.Engine
 	// Aliases are the aliases of the search consumers, in configuration order.
@@ -56,7 +65,12 @@ func NewDriftWatcher(c DriftConfig) (*DriftWatcher, error) {
 	if _, err := c.Load(); err != nil {
 		return nil, err
 	}
-	w := &DriftWatcher{eng: c.Engine, load: c.Load, aliases: c.Aliases, interval: c.Interval, logger: c.Logger}
+	if c.Projections != nil {
+		if _, err := c.Projections(); err != nil {
+			return nil, err
+		}
+	}
+	w := &DriftWatcher{eng: c.Engine, load: c.Load, loadSet: c.Projections, aliases: c.Aliases, interval: c.Interval, logger: c.Logger}
 	for _, a := range c.Aliases {
 		s := AliasDrift{Alias: a, Drift: DriftUnknown, Message: "not checked yet"}
 		s.Judge()
@@ -69,11 +83,22 @@ func NewDriftWatcher(c DriftConfig) (*DriftWatcher, error) {
 func (w *DriftWatcher) Check(ctx context.Context) []string {
 	now := time.Now()
 	defs, loadErr := w.load()
+	var set *projections.Set
+	if loadErr == nil && w.loadSet != nil {
+		if set, loadErr = w.loadSet(); loadErr != nil {
+			loadErr = fmt.Errorf("projections: %w", loadErr)
+		}
+	}
 	out := make([]AliasDrift, 0, len(w.aliases))
 	var msgs []string
 	for _, a := range w.aliases {
 		s := AliasDrift{Alias: a, Drift: DriftUnknown, CheckedAt: now}
 		d := defs[a]
+		if d != nil && set != nil {
+			cp := *d
+			cp.Writers = set.Fingerprint(a)
+			d = &cp
+		}
 		switch {
 		case loadErr != nil:
 			s.Message = "cannot load the index definitions: " + loadErr.Error()
@@ -93,6 +118,7 @@ func (w *DriftWatcher) Check(ctx context.Context) []string {
 				break
 			}
 			s.Index, s.Hash, s.LiveHash = st.Index, st.Hash, st.LiveHash
+			s.ProjectionsHash, s.LiveProjectionsHash, s.ProjectionChanges = st.ProjectionsHash, st.LiveProjectionsHash, st.ProjectionChanges
 			s.Drift, s.Message = DriftNone, st.Message()
 			if st.Drift {
 				s.Drift = DriftDiffers

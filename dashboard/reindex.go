@@ -28,6 +28,13 @@ type AliasDrift struct {
 	// live index's _meta.
 	Hash     string `json:"hash"`
 	LiveHash string `json:"live_hash"`
+	// ProjectionsHash is the fingerprint of the projections that write the
+	// alias (as loaded now), LiveProjectionsHash the one in the live
+	// index's _meta; ProjectionChanges describe how they differ
+	// ("projection customer changed: fields added full_name").
+	ProjectionsHash     string   `json:"projections_hash,omitempty"`
+	LiveProjectionsHash string   `json:"live_projections_hash,omitempty"`
+	ProjectionChanges   []string `json:"projection_changes,omitempty"`
 	// Drift is DriftNone, DriftDiffers or DriftUnknown.
 	Drift string `json:"drift"`
 	// Message is the watcher's text: the drift's reason ("reindex

@@ -108,6 +108,7 @@ const (
 	apiTaskGet                      // GET /_tasks/<id>
 	apiTaskCancel                   // POST /_tasks/<id>/_cancel
 	apiRefreshStats                 // GET /<index>/_stats/refresh?level=shards
+	apiPutMapping                   // PUT /<index>/_mapping
 )
 
 // adminRequest is one Admin call.

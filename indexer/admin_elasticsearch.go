@@ -28,6 +28,8 @@ func (s esSender) sendAdmin(ctx context.Context, r adminRequest) (int, []byte, e
 		req = esapi.SearchRequest{Index: idx, Body: body}
 	case apiPutSettings:
 		req = esapi.IndicesPutSettingsRequest{Index: idx, Body: body}
+	case apiPutMapping:
+		req = esapi.IndicesPutMappingRequest{Index: idx, Body: body}
 	case apiHealth:
 		req = esapi.ClusterHealthRequest{Index: idx, WaitForStatus: r.status, Timeout: r.timeout}
 	case apiCopy:

@@ -33,6 +33,8 @@ func (s osSender) sendAdmin(ctx context.Context, r adminRequest) (int, []byte, e
 		req = &opensearchapi.SearchReq{Indices: idx, Body: body}
 	case apiPutSettings:
 		req, method = opensearchapi.SettingsPutReq{Indices: idx, Body: body}, http.MethodPut
+	case apiPutMapping:
+		req, method = opensearchapi.MappingPutReq{Indices: idx, Body: body}, http.MethodPut
 	case apiHealth:
 		req, method = opensearchapi.ClusterHealthReq{Indices: idx, Params: opensearchapi.ClusterHealthParams{WaitForStatus: r.status, Timeout: r.timeout}}, http.MethodGet
 	case apiCopy:

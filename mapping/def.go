@@ -18,6 +18,22 @@
 // whose hash differs from the live index's is drift: Ensure reports it
 // ("reindex required: run searchsync reindex customers") and changes nothing.
 //
+// # Projections
+//
+// A definition given the fingerprint of the projections that write its
+// index (Def.Writers, Defs.SetWriters: projections.Set.Fingerprint) keeps it
+// beside the hash, as projections_hash and a summary per projection
+// (projections). A live index built by other projections is drift too,
+// described by projections.Fingerprint.Changes ("projection customer
+// changed: fields added full_name"). Go code cannot be hashed: a changed Go
+// function or upcaster needs `searchsync reindex --force`.
+//
+// An index created before searchsync kept the fingerprint (a hash, no
+// projections_hash) is not drift: Ensure records the current fingerprint in
+// its _meta (Status.Adopted; the search consumer logs it at INFO), taking
+// the projections at hand as those that built it. From then on a change of
+// them is drift. See docs/reindex.md, "Projection drift".
+//
 // # Deletes: soft by default
 //
 // delete_mode "soft" (the default) writes a delete as a versioned tombstone
@@ -57,6 +73,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/searchsync/searchsync/projections"
 )
 
 //go:embed defs
@@ -108,6 +126,10 @@ type Def struct {
 
 	// Source is where the definition came from (embedded:defs/x.json or a path).
 	Source string `json:"-" yaml:"-"`
+	// Writers is the fingerprint of the projections that write the index
+	// (Defs.SetWriters), kept in _meta beside the hash and compared by
+	// Check; nil leaves the projections out of both.
+	Writers *projections.Fingerprint `json:"-" yaml:"-"`
 }
 
 var (
@@ -329,12 +351,32 @@ func (d *Def) SearchFilter() json.RawMessage {
 // with _meta, no aliases).
 func (d *Def) Body() json.RawMessage {
 	m := d.mappingsAsCreated()
-	m["_meta"] = map[string]any{"searchsync": map[string]any{"alias": d.Alias, "hash": d.Hash()}}
+	m["_meta"] = map[string]any{"searchsync": d.meta()}
 	b, err := json.Marshal(map[string]any{"settings": d.Settings, "mappings": m})
 	if err != nil {
 		panic(fmt.Sprintf("mapping: definition %s does not encode: %v", d.Alias, err))
 	}
 	return b
+}
+
+// meta is _meta.searchsync of the physical index: the alias, the
+// definition hash and, with Writers, the projections fingerprint.
+func (d *Def) meta() map[string]any {
+	m := map[string]any{"alias": d.Alias, "hash": d.Hash()}
+	if d.Writers != nil {
+		m["projections_hash"] = d.Writers.Hash
+		m["projections"] = d.Writers.Projections
+	}
+	return m
+}
+
+// SetWriters gives every definition the fingerprint of the projections of
+// set that write its index (projections.Set.Fingerprint), so that Ensure,
+// Check and a reindex record and compare it.
+func (ds Defs) SetWriters(set *projections.Set) {
+	for name, d := range ds {
+		d.Writers = set.Fingerprint(name)
+	}
 }
 
 // ForTenant returns the definition of one tenant's alias in per_tenant

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/projections"
 )
 
 // Status is what Ensure or Check found for one alias.
@@ -20,7 +21,22 @@ type Status struct {
 	// Hash is the definition's hash; LiveHash the one in the live index's
 	// _meta ("" when the index has none).
 	Hash, LiveHash string
-	// Drift is set when the live index does not match the definition.
+	// ProjectionsHash is the fingerprint of the projections that write the
+	// index (Def.Writers; "" without), LiveProjectionsHash the one in the
+	// live index's _meta ("" when it has none).
+	ProjectionsHash, LiveProjectionsHash string
+	// ProjectionChanges describe how the projections differ from those
+	// that built the live index ("projection customer changed: fields
+	// added full_name"); set with Drift.
+	ProjectionChanges []string
+	// Adopted is set when Ensure recorded the current projections
+	// fingerprint in a live index that had none (created before searchsync
+	// kept it); AdoptError says why that failed (the index is then checked
+	// without it).
+	Adopted    bool
+	AdoptError string
+	// Drift is set when the live index does not match the definition or
+	// the projections.
 	Drift bool
 	// Reason explains the drift.
 	Reason string
@@ -50,10 +66,14 @@ func Generation(alias, index string) int {
 	return n
 }
 
-// Check compares the live index behind def's alias with def, changing
-// nothing. A missing alias gives a Status with Index "".
+// Check compares the live index behind def's alias with def (and, with
+// def.Writers, its projections fingerprint), changing nothing. A missing
+// alias gives a Status with Index "".
 func Check(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) {
 	st := &Status{Alias: def.Alias, Hash: def.Hash()}
+	if def.Writers != nil {
+		st.ProjectionsHash = def.Writers.Hash
+	}
 	targets, err := eng.AliasTargets(ctx, def.Alias)
 	if err != nil {
 		return nil, fmt.Errorf("mapping: alias %s: %w", def.Alias, err)
@@ -81,11 +101,55 @@ func Check(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) {
 	case st.LiveHash == "":
 		st.Drift = true
 		st.Reason = fmt.Sprintf("index %s has no searchsync hash in _meta; it was not created by searchsync", st.Index)
+		return st, nil
 	case st.LiveHash != st.Hash:
 		st.Drift = true
 		st.Reason = fmt.Sprintf("definition %s has hash %s, live index %s has %s", def.Source, short(st.Hash), st.Index, short(st.LiveHash))
 	}
+	checkWriters(st, def, info.Mappings)
 	return st, nil
+}
+
+// checkWriters compares the projections fingerprint of def with the one in
+// the live index's _meta. An index without one (created before searchsync
+// recorded it) is no drift: Ensure records the current one.
+func checkWriters(st *Status, def *Def, mappings json.RawMessage) {
+	if def.Writers == nil {
+		return
+	}
+	live := LiveProjections(mappings)
+	if live == nil {
+		return
+	}
+	st.LiveProjectionsHash = live.Hash
+	if live.Hash == def.Writers.Hash {
+		return
+	}
+	st.ProjectionChanges = def.Writers.Changes(live)
+	st.Drift = true
+	st.Reason = strings.Join(append(nonEmpty(st.Reason), st.ProjectionChanges...), "; ")
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// LiveProjections reads the projections fingerprint (projections_hash and
+// projections) from _meta.searchsync of an index's mappings; nil when it
+// has none.
+func LiveProjections(mappings json.RawMessage) *projections.Fingerprint {
+	var m struct {
+		Meta struct {
+			Searchsync projections.Fingerprint `json:"searchsync"`
+		} `json:"_meta"`
+	}
+	if json.Unmarshal(mappings, &m) != nil || m.Meta.Searchsync.Hash == "" {
+		return nil
+	}
+	return &m.Meta.Searchsync
 }
 
 // LiveHash reads _meta.searchsync.hash from an index's mappings.
@@ -113,19 +177,25 @@ func short(h string) string {
 // Ensure makes sure def's alias exists: when it is missing it creates the
 // first generation <alias>_v1 with the definition and the alias (with the
 // soft-delete filter) in one request, so the index never exists without its
-// alias. When the alias exists it checks for drift and changes nothing. Safe
+// alias. When the alias exists it checks for drift and changes nothing, but
+// for recording the projections fingerprint in an index that has none (see
+// the package doc, "Projections"). Safe
 // to run from several processes at once: the loser of the creation race
 // finds the winner's alias.
 func Ensure(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) {
 	for attempt := 0; ; attempt++ {
 		st, err := Check(ctx, eng, def)
-		if err != nil || st.Index != "" {
-			return st, err
+		if err != nil {
+			return nil, err
+		}
+		if st.Index != "" {
+			adopt(ctx, eng, def, st)
+			return st, nil
 		}
 		name := PhysicalName(def.Alias, 1)
 		err = CreatePhysical(ctx, eng, def, name, true)
 		if err == nil {
-			st.Index, st.Created, st.LiveHash = name, true, st.Hash
+			st.Index, st.Created, st.LiveHash, st.LiveProjectionsHash = name, true, st.Hash, st.ProjectionsHash
 			return st, nil
 		}
 		if !indexer.IsAlreadyExists(err) {
@@ -137,6 +207,29 @@ func Ensure(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) 
 		// Created by another process at the same moment (with its alias):
 		// look again.
 	}
+}
+
+// adopt records def's projections fingerprint in the live index of st
+// when the index has a definition hash but no fingerprint: an index created
+// before searchsync recorded the projections that write it. They are taken
+// to be the current ones (nothing else is known of them); from then on a
+// change of them is drift. The rest of _meta.searchsync stays as it is.
+func adopt(ctx context.Context, eng indexer.Engine, def *Def, st *Status) {
+	if def.Writers == nil || st.LiveHash == "" || st.LiveProjectionsHash != "" || strings.Contains(st.Index, ",") {
+		return
+	}
+	mw, ok := eng.(indexer.MetaWriter)
+	if !ok {
+		st.AdoptError = fmt.Sprintf("the engine client (%T) cannot write the mapping _meta", eng)
+		return
+	}
+	meta := map[string]any{"alias": def.Alias, "hash": st.LiveHash,
+		"projections_hash": def.Writers.Hash, "projections": def.Writers.Projections}
+	if err := mw.PutMeta(ctx, st.Index, map[string]any{"searchsync": meta}); err != nil {
+		st.AdoptError = err.Error()
+		return
+	}
+	st.Adopted, st.LiveProjectionsHash = true, def.Writers.Hash
 }
 
 // CreatePhysical creates the physical index name from def; with alias set

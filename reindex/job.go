@@ -45,6 +45,11 @@ type Params struct {
 	// for a backfill source (Config.SeedSource). A resumed run must seed
 	// the same way.
 	Seed string `json:"seed,omitempty"`
+	// ProjectionsHash is the fingerprint of the projections the job
+	// replays with (projections.Set.Fingerprint), recorded in the target's
+	// _meta; a resumed run must have the same ("" in jobs of an earlier
+	// release: not checked).
+	ProjectionsHash string `json:"projections_hash,omitempty"`
 }
 
 // Progress is where a reindex stands (aa_job.progress), written with every

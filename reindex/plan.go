@@ -15,9 +15,15 @@ type Plan struct {
 	SourceHash     string   `json:"source_hash"`
 	Target         string   `json:"target"`
 	Hash           string   `json:"hash"`
-	UpToDate       bool     `json:"up_to_date"` // the live index already matches the definition
+	UpToDate       bool     `json:"up_to_date"` // the live index already matches the definition and the projections
 	MappingChanges []string `json:"mapping_changes"`
 	SettingChanges []string `json:"setting_changes"`
+	// ProjectionsHash is the fingerprint of the projections that write the
+	// alias, SourceProjectionsHash the one in the live index's _meta ("" when
+	// it has none); ProjectionChanges describe the difference.
+	ProjectionsHash       string   `json:"projections_hash"`
+	SourceProjectionsHash string   `json:"source_projections_hash"`
+	ProjectionChanges     []string `json:"projection_changes"`
 	// Seed is where the seed reads: "index" (the live index) or
 	// "source:<name>"; DocsToSeed is then the live index's documents
 	// (tombstones included) or the rows the source's query yields now.
@@ -42,7 +48,12 @@ func (r *Reindexer) DryRun(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	p.Source, p.SourceHash = src, mapping.LiveHash(info.Mappings)
-	p.UpToDate = p.SourceHash == p.Hash
+	p.ProjectionsHash = r.writers.Hash
+	if lp := mapping.LiveProjections(info.Mappings); lp != nil {
+		p.SourceProjectionsHash = lp.Hash
+	}
+	p.ProjectionChanges = r.projectionChanges(info.Mappings)
+	p.UpToDate = p.SourceHash == p.Hash && len(p.ProjectionChanges) == 0
 	p.MappingChanges = mappingChanges(info.Mappings, r.cfg.Def)
 	p.SettingChanges = settingChanges(info.Settings, r.cfg.Def)
 	if p.Running != nil && p.Running.Params.Target != "" {

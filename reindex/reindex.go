@@ -3,6 +3,7 @@ package reindex
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,7 +91,8 @@ type Config struct {
 	// verifySource).
 	SeedSource *backfill.Source
 	// Force rebuilds even when the live index already matches the definition
-	// (after a projection change, which the definition hash does not cover).
+	// and the projections (after changing what a Go projection function
+	// or upcaster does, which the projections fingerprint cannot see).
 	Force bool
 	// Logger receives progress and warnings. Default slog.Default().
 	Logger *slog.Logger
@@ -151,6 +153,9 @@ type Reindexer struct {
 	adm      indexer.Admin
 	log      *slog.Logger
 	aggTypes []string // aggregate types of the alias's projections (nil: patterns)
+	// writers is the fingerprint of the projections that write the alias:
+	// recorded in the new index's _meta (mapping.Def.Writers).
+	writers *projections.Fingerprint
 
 	job    *Job
 	target string
@@ -229,6 +234,7 @@ func New(cfg Config) (*Reindexer, error) {
 		r.update(func(p *Progress) { p.Waiting = reason })
 	})
 	r.aggTypes = aggregateTypes(cfg.Projections, cfg.Def.Alias)
+	r.writers = cfg.Projections.Fingerprint(cfg.Def.Alias)
 	r.versionPathSQL, r.idIsAggregate = prefilter(cfg.Projections, cfg.Def)
 	return r, nil
 }
@@ -282,6 +288,13 @@ func aggregateTypes(set *projections.Set, index string) []string {
 	return out
 }
 
+// projectionChanges describes how the projections differ from those
+// recorded in the live index's mappings (nil when they do not, or when the
+// index records none: mapping.Ensure adopts the current ones then).
+func (r *Reindexer) projectionChanges(mappings json.RawMessage) []string {
+	return r.writers.Changes(mapping.LiveProjections(mappings))
+}
+
 // Alias is the alias being rebuilt.
 func (r *Reindexer) Alias() string { return r.alias }
 
@@ -315,7 +328,8 @@ var errNoAdmin = errors.New("reindex: Config.Engine does not implement indexer.A
 
 // ErrUpToDate means the live index already matches the definition (use
 // Force to rebuild anyway).
-var ErrUpToDate = errors.New("reindex: the live index already matches the definition; nothing to do (use --force to rebuild anyway, e.g. after a projection change)")
+var ErrUpToDate = errors.New("reindex: the live index already matches the definition and the projections; nothing to do " +
+	"(use --force to rebuild anyway, e.g. after changing what a Go projection function or upcaster does)")
 
 // Run performs (or resumes) the reindex: create the target, seed it from the
 // live index, replay the outbox up to the live watermark while live writes go
@@ -329,8 +343,10 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 		return nil, err
 	}
 	hash := r.cfg.Def.Hash()
-	params := Params{Alias: r.alias, Source: src, SourceHash: mapping.LiveHash(info.Mappings), Hash: hash, KeepOld: r.cfg.KeepOld.String(), Seed: r.cfg.seedSpec()}
-	if running, _, err := Running(ctx, r.cfg.Pool, r.alias); errors.Is(err, ErrNoJob) && params.SourceHash == hash && !r.cfg.Force {
+	params := Params{Alias: r.alias, Source: src, SourceHash: mapping.LiveHash(info.Mappings), Hash: hash, KeepOld: r.cfg.KeepOld.String(), Seed: r.cfg.seedSpec(),
+		ProjectionsHash: r.writers.Hash}
+	upToDate := params.SourceHash == hash && len(r.projectionChanges(info.Mappings)) == 0
+	if running, _, err := Running(ctx, r.cfg.Pool, r.alias); errors.Is(err, ErrNoJob) && upToDate && !r.cfg.Force {
 		return nil, ErrUpToDate
 	} else if err != nil && !errors.Is(err, ErrNoJob) {
 		return nil, err
@@ -347,6 +363,10 @@ func (r *Reindexer) Run(ctx context.Context) (res *Result, err error) {
 	if job.Resumed {
 		if job.Params.Hash != hash {
 			return nil, fmt.Errorf("reindex: job %d was started for definition hash %s, the definition now has %s; run `searchsync reindex abort %s` first", job.ID, short(job.Params.Hash), short(hash), r.alias)
+		}
+		if job.Params.ProjectionsHash != "" && job.Params.ProjectionsHash != params.ProjectionsHash {
+			return nil, fmt.Errorf("reindex: job %d was started for projections %s, the projections now have %s; run `searchsync reindex abort %s` first",
+				job.ID, short(job.Params.ProjectionsHash), short(params.ProjectionsHash), r.alias)
 		}
 		if job.Params.Seed != params.Seed {
 			return nil, seedMismatch(job.ID, job.Params.Seed, params.Seed, r.alias)
@@ -551,13 +571,15 @@ func (r *Reindexer) prepareTarget(ctx context.Context) (swapped bool, err error)
 	}
 	if info == nil {
 		def := *r.cfg.Def
-		def.Alias = r.alias
+		def.Alias, def.Writers = r.alias, r.writers
 		if err := mapping.CreatePhysical(ctx, r.cfg.Engine, &def, r.target, false); err != nil {
 			return false, err
 		}
-		r.log.Info("reindex: created the new index", "index", r.target, "hash", short(job.Params.Hash))
+		r.log.Info("reindex: created the new index", "index", r.target, "hash", short(job.Params.Hash), "projections_hash", short(r.writers.Hash))
 	} else if h := mapping.LiveHash(info.Mappings); h != job.Params.Hash {
 		return false, fmt.Errorf("reindex: %s exists with hash %s, the job expects %s", r.target, short(h), short(job.Params.Hash))
+	} else if lp := mapping.LiveProjections(info.Mappings); job.Params.ProjectionsHash != "" && (lp == nil || lp.Hash != job.Params.ProjectionsHash) {
+		return false, fmt.Errorf("reindex: %s exists without the projections fingerprint %s the job expects", r.target, short(job.Params.ProjectionsHash))
 	}
 	if targets, err := r.cfg.Engine.AliasTargets(ctx, r.alias); err == nil && len(targets) == 1 && targets[0] == r.target {
 		return true, nil

@@ -28,7 +28,7 @@ type ReindexStartCmd struct {
 	Alias        string        `arg:"" help:"The alias to rebuild (per_tenant indexes: <alias>_<tenant>)."`
 	DryRun       bool          `help:"Say what would be done (new index, definition changes, events to replay, documents to seed); change nothing."`
 	KeepOld      time.Duration `default:"24h" help:"Keep the old index this long after the swap (0: delete it right away)."`
-	Force        bool          `help:"Rebuild even when the live index matches the definition (after a projection change)."`
+	Force        bool          `help:"Rebuild even when the live index matches the definition and the projections (after changing what a Go projection function or upcaster does)."`
 	Seed         string        `default:"index" help:"Where the new index is seeded from: index (copy the live index) or source:<name> (read the backfill source <name>: backfill.sources, docs/reindex.md)."`
 	ClientSeed   bool          `help:"Copy the live documents through searchsync (scroll + bulk) instead of the engine's _reindex API."`
 	Resume       bool          `help:"Only resume an interrupted reindex (fail when there is none). Without it, an interrupted one is resumed too."`
@@ -227,13 +227,20 @@ func printPlan(p *reindex.Plan) {
 	fmt.Printf("live index:       %s (hash %s)\n", p.Source, shortHash(p.SourceHash))
 	fmt.Printf("new index:        %s (hash %s)\n", p.Target, shortHash(p.Hash))
 	if p.UpToDate {
-		fmt.Println("definition:       unchanged (a reindex needs --force)")
+		fmt.Println("definition:       unchanged, projections unchanged (a reindex needs --force)")
 	}
 	if len(p.MappingChanges) > 0 {
 		fmt.Printf("mapping changes:  %s\n", strings.Join(p.MappingChanges, ", "))
 	}
 	if len(p.SettingChanges) > 0 {
 		fmt.Printf("setting changes:  %s\n", strings.Join(p.SettingChanges, ", "))
+	}
+	for _, c := range p.ProjectionChanges {
+		fmt.Printf("projections:      %s\n", c)
+	}
+	if len(p.ProjectionChanges) > 0 && !strings.HasPrefix(p.Seed, "source:") {
+		fmt.Println("                  (seeded from the live index, a document keeps its stored shape until an event newer than it;" +
+			" --seed source:<name> projects every document anew: docs/reindex.md)")
 	}
 	if src, ok := strings.CutPrefix(p.Seed, "source:"); ok {
 		fmt.Printf("documents to seed: %d (rows of the backfill source %s; the live index is not copied)\n", p.DocsToSeed, src)

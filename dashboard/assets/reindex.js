@@ -13,6 +13,9 @@ const shortHash = (h) => h ? h.slice(0, 12) : "–";
 // unknown (why), and the hashes.
 function reindexDrift(a) {
   const hashes = a.hash || a.live_hash ? ` (${shortHash(a.hash)} · live ${shortHash(a.live_hash)})` : "";
+  if (a.drift === "differs" && a.projection_changes && a.projection_changes.length) {
+    return "differs: " + a.projection_changes.join("; ") + hashes;
+  }
   if (a.drift === "differs") return "differs" + hashes;
   if (a.drift === "none") return "matches" + hashes;
   return a.message || "unknown";

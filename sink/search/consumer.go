@@ -170,6 +170,15 @@ func New(cfg Config) (*Consumer, error) {
 	if c.writer == nil {
 		c.writer = indexer.NewWriter(cfg.Engine, indexer.WriterConfig{Logger: c.logger, RequestTimeout: c.cfg.RequestTimeout})
 	}
+	// The consumer's definitions carry the fingerprint of its projections
+	// of their index: Ensure records it in a new index and reports a live
+	// index built by other projections as drift.
+	c.cfg.Defs = make(mapping.Defs, len(cfg.Defs))
+	for name, d := range cfg.Defs {
+		cp := *d
+		cp.Writers = cfg.Projections.Fingerprint(name)
+		c.cfg.Defs[name] = &cp
+	}
 	c.indexes = slices.Clone(cfg.Indexes)
 	if len(c.indexes) == 0 {
 		c.indexes = cfg.Projections.Indexes()
@@ -244,6 +253,15 @@ func (c *Consumer) logStatus(st *mapping.Status) {
 		c.logger.Warn(st.Message(), "alias", st.Alias, "index", st.Index, "hash", st.Hash, "live_hash", st.LiveHash)
 	case st.Created:
 		c.logger.Info("index created", "alias", st.Alias, "index", st.Index, "hash", st.Hash)
+	}
+	switch {
+	case st.Adopted:
+		c.logger.Info("projections fingerprint recorded in the index: it had none (created by an earlier searchsync); "+
+			"the current projections are taken as those that built it, and a later change of them is drift",
+			"alias", st.Alias, "index", st.Index, "projections_hash", st.ProjectionsHash)
+	case st.AdoptError != "":
+		c.logger.Warn("could not record the projections fingerprint in the index; a projection change will not show as drift until a reindex",
+			"alias", st.Alias, "index", st.Index, "err", st.AdoptError)
 	}
 }
 
