@@ -7,7 +7,10 @@
 //
 // # Projection files
 //
-// The common case is declared in YAML (see Load); everything else is a Go
+// The common case is declared in YAML (ParseFile, Set.AddFile,
+// Set.LoadFiles; the reference is docs/projections.md): fields copied or
+// computed by an expression, operations by event type or by a condition on
+// the payload, and upcasters as steps. What YAML cannot say is a Go
 // function registered on the Set (RegisterFunc) and named by `go:` in the
 // file, which runs after the declared fields and may change the result:
 //
@@ -23,11 +26,21 @@
 //	    delete_on: ["*.deleted"]               # default
 //	    ignore_on: ["*.viewed"]                # default none
 //	    full_state_on: ["*.created", "*.snapshot"]  # default: `after` is the whole state
+//	    delete_when: 'payload.after.?status.orValue("") == "archived"'  # default none
+//	    ignore_when: 'payload.tenant_key.startsWith("test-")'          # default none
 //	    copy_all_of_after: true                # every field of `after` goes into the document
 //	    fields:
 //	      - {from: code, to: code, type: keyword}
 //	      - {from: after.name, to: name, type: text}
 //	      - {from: actor.principal_id, to: updated_by, type: keyword}
+//	      - {to: full_name, expr: 'payload.after.first + " " + payload.after.last',
+//	         when: 'has(payload.after.first)', type: text}
+//	upcasters:
+//	  - name: display-name
+//	    event_types: ["entity.customer.*"]
+//	    from: 1                                # schema_version 1 → 2
+//	    steps:
+//	      - {rename: name, to: display_name, in: [before, after]}
 //
 // Paths are dotted JSON paths into the payload ("after.address.city",
 // "items.0.sku"); a path that starts with "@" names a column of the event:
@@ -52,10 +65,29 @@
 // copied by copy_all_of_after are not converted: the index mapping decides, and
 // a mapping rejection by the engine is poison with the engine's reason.
 //
+// # Expressions
+//
+// Computed fields (expr), their conditions (when), delete_when and
+// ignore_when are CEL (cel.dev/cel-go), compiled when the file is added
+// (an error names the file, line and key) and evaluated per event on
+// payload (after upcasting), event (the columns) and, in an upcaster step,
+// self. CEL has no I/O and no clock: the same event gives the same
+// document on a replay. An expression that fails on an event (a field it
+// reads is absent, a type clash) is poison naming the projection, the field
+// or condition, the expression, the path and the column; has() and
+// optional selection (payload.after.?x.orValue("")) say what absent means.
+//
 // # Upcasters and schema_version
 //
-// Upcasters turn a payload of schema_version N into N+1 (RegisterUpcaster, per
-// event-type pattern). A projection sees the newest shape only: the newest
+// Upcasters turn a payload of schema_version N into N+1, per event-type
+// pattern: declared in a file (`upcasters:`, steps rename, copy, default,
+// drop, convert and set, each on a dotted path of the payload or of each
+// object `in` names; UpcasterDecl) or in Go (RegisterUpcaster); the two
+// chain. A step that cannot apply (a value on the way is not an object, a
+// target rename or copy would overwrite, a value convert cannot convert, a
+// failing expression) is poison naming the upcaster, the step and the
+// path; an absent path is left alone unless the step is required (partial
+// payloads mention only what changed). A projection sees the newest shape only: the newest
 // version of an event type is the largest of the projection's
 // schema_version and every matching upcaster's N+1. An event newer than that,
 // one with a gap in the upcaster chain, or one whose schema_version is below 1

@@ -16,34 +16,56 @@ import (
 // File is the YAML (or JSON) form of a projection file.
 type File struct {
 	Projections []Projection `yaml:"projections" json:"projections"`
+	// Upcasters are declared upcasters (see UpcasterDecl).
+	Upcasters []UpcasterDecl `yaml:"upcasters" json:"upcasters,omitempty"`
 }
 
-// Parse reads a projection file's bytes; name is used in errors. Unknown keys
-// are errors, reported with their line.
+// Parse reads a projection file's bytes and returns its projections (its
+// upcasters are checked too: see ParseFile); name is used in errors.
 func Parse(name string, data []byte) ([]Projection, error) {
+	f, err := ParseFile(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return f.Projections, nil
+}
+
+// ParseFile reads a projection file's bytes, checks its projections and
+// upcasters and compiles their expressions; name is used in errors. Unknown
+// keys are errors, reported with their line; an invalid declaration is a
+// *DeclError with the file, the line and the key (upcasters[0].steps[2].expr).
+func ParseFile(name string, data []byte) (*File, error) {
 	var f File
 	if err := yaml.UnmarshalWithOptions(data, &f, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
 		return nil, fmt.Errorf("projections %s: %s", name, yaml.FormatError(err, false, true))
 	}
 	var tree *ast.File
-	for i := range f.Projections {
-		err := f.Projections[i].check()
-		if err == nil {
-			continue
-		}
+	located := func(err error, key string) error {
 		var de *DeclError
 		if !errors.As(err, &de) {
-			return nil, fmt.Errorf("projections %s: projections[%d]: %w", name, i, err)
+			return fmt.Errorf("projections %s: %s: %w", name, key, err)
 		}
 		if tree == nil {
 			tree, _ = parser.ParseBytes(data, 0)
 		}
 		de.File = name
-		de.Key = fmt.Sprintf("projections[%d].%s", i, de.Key)
+		if key != "" {
+			de.Key = key + "." + de.Key
+		}
 		de.Line = line(tree, de.Key)
-		return nil, de
+		return de
 	}
-	return f.Projections, nil
+	for i := range f.Projections {
+		if err := f.Projections[i].check(); err != nil {
+			return nil, located(err, fmt.Sprintf("projections[%d]", i))
+		}
+	}
+	for i := range f.Upcasters {
+		if _, err := f.Upcasters[i].compileKeyed(i); err != nil {
+			return nil, located(err, "")
+		}
+	}
+	return &f, nil
 }
 
 // LoadFiles adds the projections of files and directories (every *.yaml,
@@ -82,13 +104,17 @@ func (s *Set) LoadFiles(paths ...string) error {
 	return nil
 }
 
-// AddFile parses a projection file's bytes and adds its projections.
+// AddFile parses a projection file's bytes and adds its projections and
+// upcasters.
 func (s *Set) AddFile(name string, data []byte) error {
-	ps, err := Parse(name, data)
+	f, err := ParseFile(name, data)
 	if err != nil {
 		return err
 	}
-	if err := s.Add(ps...); err != nil {
+	if err := s.Add(f.Projections...); err != nil {
+		return fmt.Errorf("projections %s: %w", name, err)
+	}
+	if err := s.AddUpcasters(f.Upcasters...); err != nil {
 		return fmt.Errorf("projections %s: %w", name, err)
 	}
 	return nil

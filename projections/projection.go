@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -81,11 +80,19 @@ const (
 	TypeObject  FieldType = "object"
 )
 
-// Field copies one value from the payload (or an @column) into the document.
+// Field copies one value from the payload (or an @column) into the
+// document, or computes it (Expr).
 type Field struct {
-	// From is a dotted path into the payload or an @column. Required.
+	// From is a dotted path into the payload or an @column. Exactly one of
+	// From and Expr.
 	From string `yaml:"from" json:"from"`
-	// To is the dotted path in the document. Default: the last segment of From.
+	// Expr computes the value (a CEL expression on payload and event).
+	Expr string `yaml:"expr" json:"expr,omitempty"`
+	// When is a condition: where false, the event does not mention the
+	// field (the current value stays).
+	When string `yaml:"when" json:"when,omitempty"`
+	// To is the dotted path in the document. Default: the last segment of
+	// From; required with Expr.
 	To string `yaml:"to" json:"to"`
 	// Type converts and checks the value: keyword, text, long, double,
 	// boolean, date, object. Default: none (the value as it is).
@@ -93,6 +100,8 @@ type Field struct {
 	// Keyword, on a text field, is a hint that the index maps a .keyword
 	// sub-field for sorting and aggregations (used by Properties).
 	Keyword bool `yaml:"keyword" json:"keyword"`
+
+	expr, when *program
 }
 
 // Projection is one declared projection.
@@ -119,6 +128,10 @@ type Projection struct {
 	DeleteOn []string `yaml:"delete_on" json:"delete_on"`
 	// IgnoreOn are event_type patterns that change nothing. Default none.
 	IgnoreOn []string `yaml:"ignore_on" json:"ignore_on"`
+	// DeleteWhen and IgnoreWhen are conditions on the payload and the
+	// event (CEL) that delete or ignore what the patterns would index.
+	DeleteWhen string `yaml:"delete_when" json:"delete_when,omitempty"`
+	IgnoreWhen string `yaml:"ignore_when" json:"ignore_when,omitempty"`
 	// FullStateOn are event_type patterns whose `after` is the whole state.
 	// Default ["*.created", "*.snapshot"].
 	FullStateOn []string `yaml:"full_state_on" json:"full_state_on"`
@@ -131,7 +144,8 @@ type Projection struct {
 	// Go names a registered Func that runs after the declared fields.
 	Go string `yaml:"go" json:"go"`
 
-	fn Func
+	fn                     Func
+	deleteWhen, ignoreWhen *program
 	// kinds caches the op and full-state decision per event type.
 	kinds *sync.Map // event type → eventKind; set by Set.Add
 }
@@ -174,7 +188,7 @@ func (p *Projection) setDefaults() {
 	}
 	p.After = orDefault(p.After, "after")
 	for i := range p.Fields {
-		if p.Fields[i].To == "" {
+		if p.Fields[i].To == "" && p.Fields[i].From != "" {
 			p.Fields[i].To = p.Fields[i].From[strings.LastIndex(p.Fields[i].From, ".")+1:]
 		}
 	}
@@ -204,7 +218,8 @@ func matchAny(patterns []string, s string) bool {
 type upcaster struct {
 	pattern string
 	from    int
-	fn      Upcaster
+	fn      Upcaster      // registered in Go
+	decl    *declUpcaster // declared in a file
 }
 
 // Set holds the projections, Go functions and upcasters of one process. It is
@@ -339,7 +354,7 @@ func (p *Projection) check() error {
 	}
 	for i, f := range p.Fields {
 		key := fmt.Sprintf("fields[%d]", i)
-		if err := validPath(f.From); err != nil {
+		if err := validPath(f.From); err != nil && f.Expr == "" {
 			return bad(key+".from", "%v", err)
 		}
 		if f.To != "" {
@@ -347,13 +362,11 @@ func (p *Projection) check() error {
 				return bad(key+".to", "%q is not a dotted document path", f.To)
 			}
 		}
-		switch f.Type {
-		case TypeAny, TypeKeyword, TypeText, TypeLong, TypeDouble, TypeBoolean, TypeDate, TypeObject:
-		default:
-			return bad(key+".type", "%q is not one of keyword, text, long, double, boolean, date, object", f.Type)
+		if err := checkType(f.Type); err != nil {
+			return bad(key+".type", "%v", err)
 		}
 	}
-	return nil
+	return p.compileExprs()
 }
 
 // Find returns the first projection for an event type and aggregate type
@@ -406,12 +419,18 @@ func (s *Set) Upcast(e *outbox.Event, target int) (map[string]any, error) {
 		return nil, poison(e, "", "schema_version %d is newer than any upcaster or projection knows (newest for %s is %d): register an upcaster to %d or upgrade searchsync", v, e.EventType, newest, v)
 	}
 	for ; v < newest; v++ {
-		u := s.upcaster(e.EventType, v)
-		if u == nil {
+		u, ok := s.upcaster(e.EventType, v)
+		switch {
+		case !ok:
 			return nil, poison(e, "", "no upcaster for %s from schema_version %d to %d", e.EventType, v, v+1)
-		}
-		if err := u(payload); err != nil {
-			return nil, poison(e, "", "upcaster %s %d→%d: %v", e.EventType, v, v+1, err)
+		case u.decl != nil:
+			if err := u.decl.run(e, payload); err != nil {
+				return nil, poison(e, "", "upcaster %s (%s %d→%d): %v", u.decl.name, e.EventType, v, v+1, err)
+			}
+		default:
+			if err := u.fn(payload); err != nil {
+				return nil, poison(e, "", "upcaster %s %d→%d: %v", e.EventType, v, v+1, err)
+			}
 		}
 	}
 	return payload, nil
@@ -438,15 +457,15 @@ func (s *Set) newestUncached(eventType string) int {
 	return n
 }
 
-func (s *Set) upcaster(eventType string, from int) Upcaster {
+func (s *Set) upcaster(eventType string, from int) (upcaster, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, u := range s.upcasters {
 		if ok, _ := path.Match(u.pattern, eventType); ok && u.from == from {
-			return u.fn
+			return u, true
 		}
 	}
-	return nil
+	return upcaster{}, false
 }
 
 // Project upcasts and projects one event with the first matching projection
@@ -471,7 +490,11 @@ func (s *Set) Project(e *outbox.Event, indexes []string, versionPath func(index 
 
 func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPath string) (*Result, error) {
 	k := p.kind(e.EventType)
-	out := &Result{Projection: p.Name, Op: k.op, Index: p.Index, Snapshot: routing.IsSnapshot(e.EventType)}
+	op, err := p.op(e, payload, k)
+	if err != nil {
+		return nil, err
+	}
+	out := &Result{Projection: p.Name, Op: op, Index: p.Index, Snapshot: routing.IsSnapshot(e.EventType)}
 
 	id, ok := resolve(e, payload, p.ID)
 	if !ok || id == nil {
@@ -563,30 +586,27 @@ func (p *Projection) document(e *outbox.Event, payload map[string]any) (map[stri
 		if doc == nil {
 			doc = map[string]any{}
 		}
-		for _, f := range p.Fields {
-			v, ok := resolve(e, payload, f.From)
-			if !ok {
-				continue // not mentioned: the current value stays
-			}
-			cv, err := convert(v, f.Type)
+		for i := range p.Fields {
+			cv, ok, err := p.fieldValue(e, payload, &p.Fields[i])
 			if err != nil {
-				return nil, poison(e, p.Name, "field %s (from %s): %v", f.To, f.From, err)
+				return nil, err
 			}
-			SetPath(doc, f.To, cv)
+			if ok { // else not mentioned: the current value stays
+				SetPath(doc, p.Fields[i].To, cv)
+			}
 		}
 		return doc, nil
 	}
 	var buf [16]any
 	values := buf[:0] // per field; missing marks one not mentioned
-	for _, f := range p.Fields {
-		v, ok := resolve(e, payload, f.From)
+	for i := range p.Fields {
+		cv, ok, err := p.fieldValue(e, payload, &p.Fields[i])
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			values = append(values, missing{}) // the current value stays
 			continue
-		}
-		cv, err := convert(v, f.Type)
-		if err != nil {
-			return nil, poison(e, p.Name, "field %s (from %s): %v", f.To, f.From, err)
 		}
 		switch cv.(type) {
 		case map[string]any, []any:
@@ -627,112 +647,6 @@ func version(e *outbox.Event, payload map[string]any, path string) (int64, error
 		return 0, fmt.Errorf("version at %q is %d, negative", path, i)
 	}
 	return i, nil
-}
-
-// convert checks and converts a field value to its declared type.
-func convert(v any, t FieldType) (any, error) {
-	if v == nil || t == TypeAny {
-		return v, nil
-	}
-	bad := func() error { return fmt.Errorf("%s %s is not a %s", kind(v), short(v), t) }
-	switch t {
-	case TypeKeyword, TypeText:
-		// v itself when it is already right: boxing x again would allocate.
-		switch x := v.(type) {
-		case string:
-			return v, nil
-		case json.Number:
-			return x.String(), nil
-		case bool:
-			return strconv.FormatBool(x), nil
-		case []any:
-			for _, el := range x {
-				if _, ok := el.(string); !ok {
-					return nil, bad()
-				}
-			}
-			return v, nil
-		}
-		return nil, bad()
-	case TypeLong:
-		var s string
-		switch x := v.(type) {
-		case json.Number:
-			s = x.String()
-		case string:
-			s = strings.TrimSpace(x)
-		default:
-			return nil, bad()
-		}
-		i, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, bad()
-		}
-		return json.Number(strconv.FormatInt(i, 10)), nil
-	case TypeDouble:
-		var s string
-		switch x := v.(type) {
-		case json.Number:
-			s = x.String()
-		case string:
-			s = strings.TrimSpace(x)
-		default:
-			return nil, bad()
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, bad()
-		}
-		return json.Number(s), nil
-	case TypeBoolean:
-		switch x := v.(type) {
-		case bool:
-			return v, nil
-		case string:
-			if b, err := strconv.ParseBool(x); err == nil {
-				return b, nil
-			}
-		}
-		return nil, bad()
-	case TypeDate:
-		switch v.(type) {
-		case string, json.Number:
-			return v, nil
-		}
-		return nil, bad()
-	case TypeObject:
-		if _, ok := v.(map[string]any); ok {
-			return v, nil
-		}
-		return nil, bad()
-	}
-	return v, nil
-}
-
-func kind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case json.Number:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-func short(v any) string {
-	b, _ := json.Marshal(v)
-	if len(b) > 40 {
-		return string(b[:37]) + "..."
-	}
-	return string(b)
 }
 
 // Properties returns mapping properties for the typed fields that the

@@ -32,17 +32,17 @@ const AggregateType = "DDM_ENTITY"
 const Index = "customers"
 
 // Register adds the customer projection and its upcaster (schema_version
-// 1 → 2: after.name and before.name become display_name) to set.
+// 1 → 2: after.name and before.name become display_name), both declared in
+// projections.yaml, to set.
 func Register(set *projections.Set) error {
-	if err := set.AddFile("examples/customer/projections.yaml", projectionFile); err != nil {
-		return err
-	}
-	set.RegisterUpcaster("entity.customer.*", 1, UpcastV1)
-	return nil
+	return set.AddFile("examples/customer/projections.yaml", projectionFile)
 }
 
-// UpcastV1 turns a schema_version 1 payload into 2: name → display_name in
-// before and after.
+// UpcastV1 is the Go upcaster the example registered before projections.yaml
+// declared it (`rename: name` in before and after): schema_version 1 → 2,
+// name → display_name. Register no longer uses it; it stays as the reference
+// the declared upcaster is tested against (TestDeclaredUpcasterLikeGo) and as
+// the baseline of BenchmarkConsumerDeclarative.
 func UpcastV1(p map[string]any) error {
 	for _, k := range []string{"before", "after"} {
 		m, ok := p[k].(map[string]any)
@@ -83,7 +83,8 @@ type Change struct {
 	Version int64
 	Before  map[string]any
 	After   map[string]any
-	// Schema is the schema_version; default 2 (1 uses `name`, see UpcastV1).
+	// Schema is the schema_version; default 2 (1 uses `name`: see the
+	// upcaster in projections.yaml).
 	Schema int
 	// NoVersion leaves version out of the payload; RawVersion, when set,
 	// replaces it (poison tests).

@@ -10,6 +10,8 @@ import (
 	"github.com/searchsync/searchsync/internal/loadgen"
 	"github.com/searchsync/searchsync/internal/testenv"
 	"github.com/searchsync/searchsync/outbox"
+	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // BenchmarkConsumerRealistic is the search consumer alone on the realistic
@@ -24,6 +26,12 @@ import (
 //
 //	go test ./sink/search -run '^$' -bench ConsumerRealistic -benchtime 1x -count 3
 func BenchmarkConsumerRealistic(b *testing.B) {
+	consumerRealistic(b, nil)
+}
+
+// consumerRealistic is BenchmarkConsumerRealistic with the projections of
+// set (the bundle's when set is nil or returns nil).
+func consumerRealistic(b *testing.B, set func(bd *bundle) *projections.Set) {
 	if _, ok := os.LookupEnv("GOGC"); !ok {
 		was := debug.SetGCPercent(400) // the binary's default (cmd/searchsync)
 		b.Cleanup(func() { debug.SetGCPercent(was) })
@@ -31,7 +39,13 @@ func BenchmarkConsumerRealistic(b *testing.B) {
 	const batch = 2000
 	for range b.N {
 		bd := setup(b)
-		cons := bd.consumer(nil)
+		var mod func(c *search.Config)
+		if set != nil {
+			if s := set(bd); s != nil {
+				mod = func(c *search.Config) { c.Projections = s }
+			}
+		}
+		cons := bd.consumer(mod)
 		if _, err := cons.EnsureIndexes(bd.ctx); err != nil {
 			b.Fatal(err)
 		}

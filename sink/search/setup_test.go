@@ -66,18 +66,20 @@ func setupOn(t testing.TB, engCfg indexer.Config, opts ...option) *bundle {
 	for _, o := range opts {
 		o(&def)
 	}
-	ps, err := projections.Parse("projections.yaml", customer.ProjectionFile())
+	f, err := projections.ParseFile("projections.yaml", customer.ProjectionFile())
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := projections.NewSet()
-	for i := range ps {
-		ps[i].Index = def.Alias
+	for i := range f.Projections {
+		f.Projections[i].Index = def.Alias
 	}
-	if err := set.Add(ps...); err != nil {
+	if err := set.Add(f.Projections...); err != nil {
 		t.Fatal(err)
 	}
-	set.RegisterUpcaster("entity.customer.*", 1, customer.UpcastV1)
+	if err := set.AddUpcasters(f.Upcasters...); err != nil {
+		t.Fatal(err)
+	}
 	cons, err := search.New(search.Config{Engine: eng, Projections: set, Defs: mapping.Defs{def.Alias: &def}})
 	if err != nil {
 		t.Fatal(err)
