@@ -107,9 +107,38 @@ func (s *Set) Fingerprint(index string) *Fingerprint {
 }
 
 // upcasterDecl is what the fingerprint covers of an upcaster: its pattern
-// and from, and that it is Go code (which cannot be hashed).
+// and from, and the declaration of a declared one (`upcasters:` of a
+// projection file: its steps as compiled, expressions as written), or that
+// it is Go code (which cannot be hashed).
 func upcasterDecl(u upcaster) map[string]any {
-	return map[string]any{"pattern": u.pattern, "from": u.from, "go": true}
+	m := map[string]any{"pattern": u.pattern, "from": u.from}
+	if u.decl == nil {
+		m["go"] = true
+		return m
+	}
+	steps := make([]any, 0, len(u.decl.steps))
+	for _, st := range u.decl.steps {
+		d := map[string]any{"action": st.action, "path": st.path, "to": st.to, "value": st.value,
+			"type": st.typ, "in": st.in, "required": st.req}
+		if st.expr != nil {
+			d["expr"] = st.expr.src
+		}
+		if st.when != nil {
+			d["when"] = st.when.src
+		}
+		steps = append(steps, d)
+	}
+	m["steps"] = steps
+	b, err := json.Marshal(m)
+	if err != nil {
+		return map[string]any{"pattern": u.pattern, "from": u.from, "unencodable": err.Error()}
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	_ = dec.Decode(&v)
+	v, _ = prune(v)
+	return v.(map[string]any)
 }
 
 func (u upcaster) key() string { return u.pattern + " from " + strconv.Itoa(u.from) }

@@ -171,3 +171,36 @@ func TestFingerprintAddedRemovedReordered(t *testing.T) {
 		t.Fatalf("fingerprint of no projection: %+v", empty)
 	}
 }
+
+// A declared upcaster counts by its declaration: a changed step changes the
+// fingerprint of the projections it applies to; its name and layout do not.
+func TestFingerprintDeclaredUpcaster(t *testing.T) {
+	t.Parallel()
+	withUp := func(up string) *projections.Fingerprint {
+		return fpSet(t, fpFile+"upcasters:\n"+up).Fingerprint("customers")
+	}
+	base := withUp("  - {name: rename, event_types: [\"entity.customer.*\"], from: 1, steps: [{rename: name, to: display_name, in: [before, after]}]}\n")
+	same := withUp(`  - event_types:
+      - entity.customer.*       # another layout, no name
+    from: 1
+    steps:
+      - in: [before, after]
+        to: display_name
+        rename: name
+`)
+	if base.Hash != same.Hash {
+		t.Fatalf("layout or name changed the fingerprint: %q", same.Changes(base))
+	}
+	changed := withUp("  - {name: rename, event_types: [\"entity.customer.*\"], from: 1, steps: [{rename: name, to: full_name, in: [before, after]}]}\n")
+	if got, want := changed.Changes(base), []string{"projection customer changed: upcaster entity.customer.* from 1 changed"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Changes = %q, want %q", got, want)
+	}
+	if got := base.Projections["customer"].Upcasters["entity.customer.* from 1"]; got == "" || got == "go" {
+		t.Fatalf("declared upcaster summarised as %q", got)
+	}
+	// Not the orders projection's business.
+	plain := fpSet(t, fpFile).Fingerprint("orders")
+	if o := fpSet(t, fpFile+"upcasters:\n  - {event_types: [\"entity.customer.*\"], from: 1, steps: [{drop: x}]}\n").Fingerprint("orders"); o.Hash != plain.Hash {
+		t.Fatal("a customer upcaster changed the orders fingerprint")
+	}
+}
