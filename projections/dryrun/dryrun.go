@@ -203,7 +203,7 @@ func (r *Runner) project(e *outbox.Event, c Consumer) ConsumerReport {
 	cr.result = res
 	cr.Result = &Result{Projection: res.Projection, Index: res.Index, ID: res.ID, Version: res.Version, Op: res.Op,
 		Partial: res.Partial, Snapshot: res.Snapshot, Tenant: res.Tenant, Doc: res.Doc}
-	if err := checkIndex(c, def, res); err != nil {
+	if err := mapping.Resolve(r.Defs, c.Name, c.Indexes, res); err != nil {
 		cr.Error = poisonError("index", err)
 		return cr
 	}
@@ -217,24 +217,6 @@ func (r *Runner) versionPath(index string) string {
 		return d.VersionPath
 	}
 	return ""
-}
-
-// checkIndex is the search consumer's check of a result (its resolve): the
-// consumer writes the index, and a per-tenant index gets a tenant it can
-// name.
-func checkIndex(c Consumer, def *mapping.Def, res *projections.Result) error {
-	if def == nil || !slices.Contains(c.Indexes, res.Index) {
-		return &projections.PoisonError{Projection: res.Projection, Reason: fmt.Sprintf("index %q has no definition in consumer %s", res.Index, c.Name)}
-	}
-	if def.Tenancy.Mode == mapping.TenancyPerTenant {
-		if res.Tenant == "" {
-			return &projections.PoisonError{Projection: res.Projection, Reason: fmt.Sprintf("index %s is per tenant but the event has no tenant key", def.Alias)}
-		}
-		if _, err := def.TenantAlias(res.Tenant); err != nil {
-			return &projections.PoisonError{Projection: res.Projection, Reason: err.Error()}
-		}
-	}
-	return nil
 }
 
 // alias is the alias the consumer writes res to: <alias>_<tenant> for a

@@ -2,8 +2,6 @@ package search
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,7 +54,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delive
 	parallel(len(events), func(i int) {
 		results[i], errs[i] = c.cfg.Projections.Project(events[i], c.indexes, c.versionPath)
 		if errs[i] == nil && results[i] != nil {
-			errs[i] = c.resolve(results[i])
+			errs[i] = mapping.Resolve(c.cfg.Defs, c.cfg.Name, c.indexes, results[i])
 		}
 	})
 	stopped := map[aggregateKey]bool{}
@@ -167,25 +165,6 @@ func (c *Consumer) versionPath(index string) string {
 		return d.VersionPath
 	}
 	return ""
-}
-
-// resolve checks a result against its index definition: the consumer
-// writes the index, and a per-tenant index gets a tenant it can name (the
-// tenant field of a shared index is projections.Fold's).
-func (c *Consumer) resolve(res *projections.Result) error {
-	def := c.cfg.Defs[res.Index]
-	if def == nil || !slices.Contains(c.indexes, res.Index) {
-		return &projections.PoisonError{Projection: res.Projection, Reason: fmt.Sprintf("index %q has no definition in consumer %s", res.Index, c.cfg.Name)}
-	}
-	if def.Tenancy.Mode == mapping.TenancyPerTenant {
-		if res.Tenant == "" {
-			return &projections.PoisonError{Projection: res.Projection, Reason: fmt.Sprintf("index %s is per tenant but the event has no tenant key", def.Alias)}
-		}
-		if _, err := def.TenantAlias(res.Tenant); err != nil {
-			return &projections.PoisonError{Projection: res.Projection, Reason: err.Error()}
-		}
-	}
-	return nil
 }
 
 func (c *Consumer) prepare(ctx context.Context, order []*target, out []delivery.Outcome) {
