@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // WriterConfig configures a Writer.
@@ -42,9 +43,9 @@ func (w *Writer) Lock(ctx context.Context, tx pgx.Tx, aggregates ...Aggregate) e
 		return nil
 	}
 	types := make([]string, len(aggregates))
-	ids := make([]uuid.UUID, len(aggregates))
+	ids := make([]pgtype.UUID, len(aggregates))
 	for i, a := range aggregates {
-		types[i], ids[i] = a.Type, a.ID
+		types[i], ids[i] = a.Type, pgtype.UUID{Bytes: a.ID, Valid: true}
 	}
 	if _, err := tx.Exec(ctx, w.q.lockAggregates, types, ids); err != nil {
 		return fmt.Errorf("outbox: lock %d aggregates: %w", len(aggregates), err)
@@ -79,21 +80,22 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]int64
 
 	n := len(events)
 	var (
-		tenant  = make([]*uuid.UUID, n)
+		tenant  = make([]pgtype.UUID, n)
 		etype   = make([]string, n)
 		schemaV = make([]int32, n)
 		atype   = make([]string, n)
-		aid     = make([]*uuid.UUID, n)
+		aid     = make([]pgtype.UUID, n)
 		audit   = make([]*int64, n)
-		corr    = make([]*uuid.UUID, n)
+		corr    = make([]pgtype.UUID, n)
 		payload = make([]string, n)
 		by      = make([]*string, n)
 	)
 	var lockTypes []string
-	var lockIDs []uuid.UUID
+	var lockIDs []pgtype.UUID
 	for i := range events {
 		e := &events[i]
-		tenant[i], etype[i], atype[i], aid[i], audit[i], corr[i] = e.TenantID, e.EventType, e.AggregateType, e.AggregateID, e.AuditLogID, e.CorrelationID
+		etype[i], atype[i], audit[i] = e.EventType, e.AggregateType, e.AuditLogID
+		tenant[i], aid[i], corr[i] = pgUUID(e.TenantID), pgUUID(e.AggregateID), pgUUID(e.CorrelationID)
 		schemaV[i] = int32(cmp.Or(e.SchemaVersion, 1))
 		payload[i] = string(e.Payload)
 		if e.CreatedBy != "" {
@@ -101,7 +103,7 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]int64
 		}
 		if e.AggregateID != nil {
 			lockTypes = append(lockTypes, e.AggregateType)
-			lockIDs = append(lockIDs, *e.AggregateID)
+			lockIDs = append(lockIDs, aid[i])
 		}
 	}
 
@@ -133,4 +135,13 @@ func (w *Writer) Write(ctx context.Context, tx pgx.Tx, events ...Event) ([]int64
 		return nil, fmt.Errorf("outbox: write: %w", err)
 	}
 	return ids, nil
+}
+
+// pgUUID is id as pgx encodes it cheaply (a nil id is NULL): a
+// *uuid.UUID would go through driver.Valuer, text and an error per element.
+func pgUUID(id *uuid.UUID) pgtype.UUID {
+	if id == nil {
+		return pgtype.UUID{}
+	}
+	return pgtype.UUID{Bytes: *id, Valid: true}
 }

@@ -238,3 +238,34 @@ func TestIDOrderEqualsCommitOrderUnderLoad(t *testing.T) {
 		t.Fatalf("%d events, want 200", n)
 	}
 }
+
+// Nullable ids are written as given: set ones as themselves, unset ones NULL.
+func TestWriteKeepsNullIDsNull(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	w := outbox.NewWriter(outbox.WriterConfig{Schema: db.Schema})
+	tenant, corr, agg := uuid.New(), uuid.New(), uuid.New()
+	set := customerEvent(agg, 1)
+	set.TenantID, set.CorrelationID = &tenant, &corr
+	unset := customerEvent(agg, 2)
+	unset.AggregateID = nil
+	var ids []int64
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) (err error) {
+		ids, err = w.Write(ctx, tx, set, unset)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range [][3]*uuid.UUID{{&tenant, &agg, &corr}, {nil, nil, nil}} {
+		var got [3]*uuid.UUID
+		if err := db.Pool.QueryRow(ctx, `SELECT tenant_id, aggregate_id, correlation_id FROM aa_outbox_event WHERE id = $1`, ids[i]).Scan(&got[0], &got[1], &got[2]); err != nil {
+			t.Fatal(err)
+		}
+		for j := range got {
+			if (got[j] == nil) != (want[j] == nil) || (got[j] != nil && *got[j] != *want[j]) {
+				t.Errorf("event %d column %d: got %v, want %v", i, j, got[j], want[j])
+			}
+		}
+	}
+}
