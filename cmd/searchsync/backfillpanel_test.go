@@ -22,7 +22,7 @@ import (
 // operator token.
 func backfillPost(t *testing.T, addr, source, action string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", "http://"+addr+"/api/backfill/"+source+"/"+action, strings.NewReader(""))
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/backfill/"+source+"/"+action, strings.NewReader(""))
 	if err != nil {
 		t.Fatal(err)
 	}
