@@ -152,25 +152,16 @@ func (b *runner) chunk(ctx context.Context) (done bool, err error) {
 		return false, fmt.Errorf("backfill source %s: begin: %w", b.rd.src.Name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	rows, last, err := b.rd.chunk(ctx, tx, b.w, p.LastKey, !p.Started, b.rd.src.ChunkSize)
+	o := emit{schema: b.cfg.Schema, correlation: b.job.params.Correlation, createdBy: "searchsync backfill " + b.rd.src.Name}
+	written, last, err := b.rd.chunk(ctx, tx, b.w, o, p.LastKey, !p.Started, b.rd.src.ChunkSize)
 	if err != nil {
 		return false, err
 	}
-	if last == "" && len(rows) == 0 {
+	if last == "" && written == 0 {
 		return true, nil
 	}
-	events := make([]outbox.Event, len(rows))
-	by := "searchsync backfill " + b.rd.src.Name
-	for i := range rows {
-		events[i] = rows[i].Event
-		events[i].CorrelationID = &b.job.params.Correlation
-		events[i].CreatedBy = by
-	}
-	if _, err := b.w.Write(ctx, tx, events...); err != nil {
-		return false, fmt.Errorf("backfill source %s: write %d events: %w", b.rd.src.Name, len(events), err)
-	}
 	before := *p
-	p.LastKey, p.Started, p.Chunks, p.Rows, p.Waiting = last, true, p.Chunks+1, p.Rows+int64(len(rows)), ""
+	p.LastKey, p.Started, p.Chunks, p.Rows, p.Waiting = last, true, p.Chunks+1, p.Rows+int64(written), ""
 	b.rates()
 	if err := b.job.save(ctx, tx); err != nil {
 		*p = before
@@ -180,7 +171,7 @@ func (b *runner) chunk(ctx context.Context) (done bool, err error) {
 		*p = before
 		return false, fmt.Errorf("backfill source %s: commit chunk: %w", b.rd.src.Name, err)
 	}
-	b.pace(len(rows))
+	b.pace(written)
 	return false, nil
 }
 

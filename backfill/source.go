@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/routing"
@@ -151,6 +152,11 @@ type Reader struct {
 	keyType string
 
 	countSQL, keysFirstSQL, keysNextSQL, rowsSQL, readFirstSQL, readNextSQL string
+	// insertSQL writes a chunk's events in the database (insert.go): set
+	// when the payload column is jsonb or json, which the database checks as
+	// it parses it. A text payload comes through searchsync (rowsSQL), which
+	// checks it is JSON.
+	insertSQL string
 }
 
 // Open checks the source's query against the database (its columns and
@@ -207,11 +213,11 @@ func Open(ctx context.Context, db querier, src Source) (*Reader, error) {
 	if err := db.QueryRow(ctx, "SELECT format_type($1::oid, NULL)", keyOID).Scan(&r.keyType); err != nil {
 		return nil, fmt.Errorf("backfill source %s: key type: %w", src.Name, err)
 	}
-	r.prepare(query, hasTenant, hasSchema, hasAggType)
+	r.prepare(query, hasTenant, hasSchema, hasAggType, types[colPayload] != 25)
 	return r, nil
 }
 
-func (r *Reader) prepare(query string, hasTenant, hasSchema, hasAggType bool) {
+func (r *Reader) prepare(query string, hasTenant, hasSchema, hasAggType, jsonPayload bool) {
 	key := "s." + pgx.Identifier{r.src.Key}.Sanitize()
 	from := " FROM (" + query + "\n) s "
 	after := key + " > $1::text::" + r.keyType
@@ -241,6 +247,9 @@ func (r *Reader) prepare(query string, hasTenant, hasSchema, hasAggType bool) {
 	// reading the range.
 	r.rowsSQL = "SELECT " + cols + from + "WHERE " + key + " >= $1::text::" + r.keyType + " AND " + key + " <= $2::text::" + r.keyType +
 		" ORDER BY " + key
+	if jsonPayload {
+		r.prepareInsert(key, from, tenant, schema, aggType)
+	}
 }
 
 // Source is the source read, with its defaults.
@@ -356,25 +365,62 @@ func (r *Reader) fill(row *Row, etype, payload, aggType *string, schema *int32) 
 	return nil
 }
 
-// chunk reads, locks and reads again one chunk in tx: the keys after
-// after (statement 1), the advisory lock of every aggregate among them
-// (outbox.Writer.Lock, the producers' lock), then the rows of those
-// aggregates in the chunk's key range (statement 3). last is the chunk's
-// last key; no rows and last "" mean the source is done.
-func (r *Reader) chunk(ctx context.Context, tx pgx.Tx, w *outbox.Writer, after string, first bool, n int) (rows []Row, last string, err error) {
+// chunk writes the events of one chunk in tx: it reads the keys after
+// after (statement 1), takes the advisory lock of every aggregate among
+// them (outbox.Writer.Lock, the producers' lock), then writes the events of
+// the rows of those aggregates in the chunk's key range, read again after
+// the lock: in one statement (insert), or through searchsync and
+// outbox.Writer.Write for a text payload. last is the chunk's last key; no
+// rows and last "" mean the source is done.
+func (r *Reader) chunk(ctx context.Context, tx pgx.Tx, w *outbox.Writer, o emit, after string, first bool, n int) (written int, last string, err error) {
+	keys, aggs, err := r.keys(ctx, tx, after, first, n)
+	if err != nil || len(keys) == 0 {
+		return 0, "", err
+	}
+	if err := w.Lock(ctx, tx, aggs...); err != nil {
+		return 0, "", fmt.Errorf("backfill source %s: %w", r.src.Name, err)
+	}
+	last = keys[len(keys)-1]
+	if r.insertSQL != "" {
+		ids := make([]pgtype.UUID, len(aggs))
+		for i, a := range aggs {
+			ids[i] = pgtype.UUID{Bytes: a.ID, Valid: true}
+		}
+		written, err = r.insert(ctx, tx, w, o, keys[0], last, ids)
+		return written, last, err
+	}
+	keep := make(map[uuid.UUID]bool, len(aggs))
+	for _, a := range aggs {
+		keep[a.ID] = true
+	}
+	rr, err := tx.Query(ctx, r.rowsSQL, keys[0], last, r.src.AggregateType)
+	rows, err := r.scanKept(rr, err, keep)
+	if err != nil {
+		return 0, "", err
+	}
+	events := make([]outbox.Event, len(rows))
+	for i := range rows {
+		events[i] = rows[i].Event
+		events[i].CorrelationID = &o.correlation
+		events[i].CreatedBy = o.createdBy
+	}
+	if _, err := w.Write(ctx, tx, events...); err != nil {
+		return 0, "", fmt.Errorf("backfill source %s: write %d events: %w", r.src.Name, len(events), err)
+	}
+	return len(events), last, nil
+}
+
+// keys reads the keys of the next chunk and the aggregates of its rows.
+func (r *Reader) keys(ctx context.Context, tx pgx.Tx, after string, first bool, n int) (keys []string, aggs []outbox.Aggregate, err error) {
 	sql, arg := r.keysNextSQL, any(after)
 	if first {
 		sql, arg = r.keysFirstSQL, nil
 	}
 	kr, err := tx.Query(ctx, sql, arg, n, r.src.AggregateType)
 	if err != nil {
-		return nil, "", fmt.Errorf("backfill source %s: read keys: %w", r.src.Name, err)
+		return nil, nil, fmt.Errorf("backfill source %s: read keys: %w", r.src.Name, err)
 	}
-	var (
-		keys []string
-		aggs []outbox.Aggregate
-		ids  = map[uuid.UUID]bool{}
-	)
+	defer kr.Close()
 	for kr.Next() {
 		var (
 			k   *string
@@ -382,39 +428,26 @@ func (r *Reader) chunk(ctx context.Context, tx pgx.Tx, w *outbox.Writer, after s
 			typ *string
 		)
 		if err := kr.Scan(&k, &id, &typ); err != nil {
-			kr.Close()
-			return nil, "", fmt.Errorf("backfill source %s: read keys: %w", r.src.Name, err)
+			return nil, nil, fmt.Errorf("backfill source %s: read keys: %w", r.src.Name, err)
 		}
 		switch {
 		case k == nil:
-			kr.Close()
-			return nil, "", &RowError{Source: r.src.Name, Key: "NULL", Reason: fmt.Sprintf("the key column %s is NULL", r.src.Key)}
+			return nil, nil, &RowError{Source: r.src.Name, Key: "NULL", Reason: fmt.Sprintf("the key column %s is NULL", r.src.Key)}
 		case len(keys) > 0 && *k == keys[len(keys)-1]:
-			kr.Close()
-			return nil, "", &RowError{Source: r.src.Name, Key: *k, Reason: fmt.Sprintf("two rows have this key: the key column %s must be unique", r.src.Key)}
+			return nil, nil, &RowError{Source: r.src.Name, Key: *k, Reason: fmt.Sprintf("two rows have this key: the key column %s must be unique", r.src.Key)}
+		case id == nil:
+			return nil, nil, &RowError{Source: r.src.Name, Key: *k, Reason: "aggregate_id is NULL"}
 		}
 		keys = append(keys, *k)
-		if id != nil && typ != nil {
+		if typ != nil {
 			aggs = append(aggs, outbox.Aggregate{Type: *typ, ID: *id})
-			ids[*id] = true
 		}
 	}
 	kr.Close()
 	if err := kr.Err(); err != nil {
-		return nil, "", fmt.Errorf("backfill source %s: read keys: %w", r.src.Name, err)
+		return nil, nil, fmt.Errorf("backfill source %s: read keys: %w", r.src.Name, err)
 	}
-	if len(keys) == 0 {
-		return nil, "", nil
-	}
-	if err := w.Lock(ctx, tx, aggs...); err != nil {
-		return nil, "", fmt.Errorf("backfill source %s: %w", r.src.Name, err)
-	}
-	rr, err := tx.Query(ctx, r.rowsSQL, keys[0], keys[len(keys)-1], r.src.AggregateType)
-	rows, err = r.scanKept(rr, err, ids)
-	if err != nil {
-		return nil, "", err
-	}
-	return rows, keys[len(keys)-1], nil
+	return keys, aggs, nil
 }
 
 // since is a small helper for rates: seconds since t, never 0.

@@ -53,10 +53,19 @@ func (e *Event) AggregateKey() string {
 	return e.AggregateType + "/" + e.AggregateID.String()
 }
 
+// The patterns of the event and aggregate types Write accepts (RE2 and
+// PostgreSQL regular expressions alike).
+const (
+	// EventTypePattern is <object>.<type?>.<verb>: two or three lower-case
+	// segments.
+	EventTypePattern = `^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*){1,2}$`
+	// AggregateTypePattern is a table-like name.
+	AggregateTypePattern = `^[A-Za-z][A-Za-z0-9_]*$`
+)
+
 var (
-	// <object>.<type?>.<verb>: two or three lower-case segments.
-	eventTypeRE     = regexp.MustCompile(`^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*){1,2}$`)
-	aggregateTypeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+	eventTypeRE     = regexp.MustCompile(EventTypePattern)
+	aggregateTypeRE = regexp.MustCompile(AggregateTypePattern)
 )
 
 // FieldError says which field of which event is invalid.
