@@ -146,6 +146,9 @@ func newBackfillWorld(t *testing.T) *bfWorld {
 	// display name `name`), once per index.
 	proj := string(customer.ProjectionFile())
 	item := proj[strings.Index(proj, "  - name: customer"):]
+	if i := strings.Index(item, "\nupcasters:"); i >= 0 {
+		item = item[:i+1] // the projection only: the file's upcasters go once, not per index
+	}
 	item = strings.Replace(item, "schema_version: 2", "schema_version: 1", 1)
 	one := func(name, alias string) string {
 		s := strings.Replace(item, "  - name: customer", "  - name: "+name, 1)
