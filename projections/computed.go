@@ -82,7 +82,7 @@ func (p *Projection) op(e *outbox.Event, payload map[string]any, k eventKind) (O
 	if p.ignoreWhen != nil {
 		ok, err := p.ignoreWhen.cond(&a)
 		if err != nil {
-			return "", poison(e, p.Name, "ignore_when: %v", err)
+			return "", poison(e, p.Name, "", "ignore_when: %v", err)
 		}
 		if ok {
 			return OpIgnore, nil
@@ -91,7 +91,7 @@ func (p *Projection) op(e *outbox.Event, payload map[string]any, k eventKind) (O
 	if k.op == OpIndex && p.deleteWhen != nil {
 		ok, err := p.deleteWhen.cond(&a)
 		if err != nil {
-			return "", poison(e, p.Name, "delete_when: %v", err)
+			return "", poison(e, p.Name, "", "delete_when: %v", err)
 		}
 		if ok {
 			return OpDelete, nil
@@ -111,7 +111,7 @@ func (p *Projection) fieldValue(e *outbox.Event, payload map[string]any, f *Fiel
 		}
 		cv, err := convert(v, f.Type)
 		if err != nil {
-			return nil, false, poison(e, p.Name, "field %s (from %s): %v", f.To, f.From, err)
+			return nil, false, poison(e, p.Name, f.From, "field %s (from %s): %v", f.To, f.From, err)
 		}
 		return cv, true, nil
 	}
@@ -119,7 +119,7 @@ func (p *Projection) fieldValue(e *outbox.Event, payload map[string]any, f *Fiel
 	if f.when != nil {
 		ok, err := f.when.cond(&a)
 		if err != nil {
-			return nil, false, poison(e, p.Name, "field %s (when): %v", f.To, err)
+			return nil, false, poison(e, p.Name, "", "field %s (when): %v", f.To, err)
 		}
 		if !ok {
 			return nil, false, nil
@@ -127,14 +127,14 @@ func (p *Projection) fieldValue(e *outbox.Event, payload map[string]any, f *Fiel
 	}
 	v, absent, err := f.expr.eval(&a)
 	if err != nil {
-		return nil, false, poison(e, p.Name, "field %s (expr): %v", f.To, err)
+		return nil, false, poison(e, p.Name, "", "field %s (expr): %v", f.To, err)
 	}
 	if absent {
 		return nil, false, nil
 	}
 	cv, err := convert(v, f.Type)
 	if err != nil {
-		return nil, false, poison(e, p.Name, "field %s (expr %q): %v", f.To, f.Expr, err)
+		return nil, false, poison(e, p.Name, "", "field %s (expr %q): %v", f.To, f.Expr, err)
 	}
 	return cv, true, nil
 }

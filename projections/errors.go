@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/searchsync/searchsync/outbox"
@@ -13,6 +14,10 @@ type PoisonError struct {
 	EventType  string
 	Projection string // "" when the error came before a projection was chosen
 	Reason     string
+	// Path is the dotted payload path (or @column, e.g. @schema_version) the
+	// error is about, "" when it is about none. Error does not show it: the
+	// Reason names it where it matters.
+	Path string
 }
 
 func (e *PoisonError) Error() string {
@@ -36,8 +41,41 @@ const (
 	SchemaVersionPattern = "schema_version"
 )
 
-func poison(e *outbox.Event, projection, format string, args ...any) *PoisonError {
-	return &PoisonError{EventID: e.ID, EventType: e.EventType, Projection: projection, Reason: fmt.Sprintf(format, args...)}
+// poison is a *PoisonError about e in projection ("" before one was chosen)
+// and about path ("" for none).
+func poison(e *outbox.Event, projection, path, format string, args ...any) *PoisonError {
+	return &PoisonError{EventID: e.ID, EventType: e.EventType, Projection: projection, Path: path, Reason: fmt.Sprintf(format, args...)}
+}
+
+// schemaVersionPath is the Path of the errors about the schema_version
+// column: unknown, below 1, no upcaster, a failed upcaster.
+const schemaVersionPath = "@schema_version"
+
+// objectError is an error about a value on a payload path that is not an
+// object (an upcaster step's); path is that path.
+type objectError struct {
+	path string
+	msg  string
+}
+
+func (e *objectError) Error() string { return e.msg }
+
+// notObject is the objectError for the value v at path.
+func notObject(path string, v any) error {
+	return &objectError{path: path, msg: fmt.Sprintf("%s is %s, not an object", path, kind(v))}
+}
+
+// upcasterPath is the Path of a failed upcaster's error: the path its own
+// error is about (an *objectError's, or a *PoisonError's a Go upcaster
+// returned), else @schema_version.
+func upcasterPath(err error) string {
+	if oe, ok := errors.AsType[*objectError](err); ok {
+		return oe.path
+	}
+	if pe, ok := errors.AsType[*PoisonError](err); ok && pe.Path != "" {
+		return pe.Path
+	}
+	return schemaVersionPath
 }
 
 // DeclError is an invalid projection declaration: which projection, which

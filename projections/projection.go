@@ -407,29 +407,29 @@ type findKey struct{ indexes, eventType, aggregateType string }
 // could start from.
 func (s *Set) Upcast(e *outbox.Event, target int) (map[string]any, error) {
 	if e.SchemaVersion < 1 {
-		return nil, poison(e, "", "schema_version %d is below 1 (the spec's minimum); fix the producer", e.SchemaVersion)
+		return nil, poison(e, "", schemaVersionPath, "schema_version %d is below 1 (the spec's minimum); fix the producer", e.SchemaVersion)
 	}
 	payload, err := Decode(e.Payload)
 	if err != nil {
-		return nil, poison(e, "", "payload is not a JSON object: %v", err)
+		return nil, poison(e, "", "payload", "payload is not a JSON object: %v", err)
 	}
 	v := e.SchemaVersion
 	newest := max(target, s.newest(e.EventType))
 	if v > newest {
-		return nil, poison(e, "", "schema_version %d is newer than any upcaster or projection knows (newest for %s is %d): register an upcaster to %d or upgrade searchsync", v, e.EventType, newest, v)
+		return nil, poison(e, "", schemaVersionPath, "schema_version %d is newer than any upcaster or projection knows (newest for %s is %d): register an upcaster to %d or upgrade searchsync", v, e.EventType, newest, v)
 	}
 	for ; v < newest; v++ {
 		u, ok := s.upcaster(e.EventType, v)
 		switch {
 		case !ok:
-			return nil, poison(e, "", "no upcaster for %s from schema_version %d to %d", e.EventType, v, v+1)
+			return nil, poison(e, "", schemaVersionPath, "no upcaster for %s from schema_version %d to %d", e.EventType, v, v+1)
 		case u.decl != nil:
 			if err := u.decl.run(e, payload); err != nil {
-				return nil, poison(e, "", "upcaster %s (%s %d→%d): %v", u.decl.name, e.EventType, v, v+1, err)
+				return nil, poison(e, "", upcasterPath(err), "upcaster %s (%s %d→%d): %v", u.decl.name, e.EventType, v, v+1, err)
 			}
 		default:
 			if err := u.fn(payload); err != nil {
-				return nil, poison(e, "", "upcaster %s %d→%d: %v", e.EventType, v, v+1, err)
+				return nil, poison(e, "", upcasterPath(err), "upcaster %s %d→%d: %v", e.EventType, v, v+1, err)
 			}
 		}
 	}
@@ -498,7 +498,7 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 
 	id, ok := resolve(e, payload, p.ID)
 	if !ok || id == nil {
-		return nil, poison(e, p.Name, "no document id at %s", p.ID)
+		return nil, poison(e, p.Name, p.ID, "no document id at %s", p.ID)
 	}
 	switch v := id.(type) {
 	case string:
@@ -506,16 +506,16 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 	case json.Number:
 		out.ID = v.String()
 	default:
-		return nil, poison(e, p.Name, "document id at %s is %s, not a string or number", p.ID, kind(id))
+		return nil, poison(e, p.Name, p.ID, "document id at %s is %s, not a string or number", p.ID, kind(id))
 	}
 	if out.ID == "" || len(out.ID) > 512 {
-		return nil, poison(e, p.Name, "document id at %s is empty or longer than 512 bytes", p.ID)
+		return nil, poison(e, p.Name, p.ID, "document id at %s is empty or longer than 512 bytes", p.ID)
 	}
 
 	if out.Op != OpIgnore {
 		ver, err := version(e, payload, versionPath)
 		if err != nil {
-			return nil, poison(e, p.Name, "%v", err)
+			return nil, poison(e, p.Name, versionPath, "%v", err)
 		}
 		out.Version = ver
 	}
@@ -528,7 +528,7 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 			case json.Number:
 				out.Tenant = v.String()
 			default:
-				return nil, poison(e, p.Name, "tenant at %s is %s, not a string", p.Tenant, kind(t))
+				return nil, poison(e, p.Name, p.Tenant, "tenant at %s is %s, not a string", p.Tenant, kind(t))
 			}
 		}
 	}
@@ -544,13 +544,13 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 
 	if p.Go != "" {
 		if p.fn == nil {
-			return nil, poison(e, p.Name, "go function %q is not registered", p.Go)
+			return nil, poison(e, p.Name, "", "go function %q is not registered", p.Go)
 		}
 		if err := p.fn(&Input{Event: e, Payload: payload}, out); err != nil {
 			if pe, ok := errors.AsType[*PoisonError](err); ok {
 				return nil, pe
 			}
-			return nil, poison(e, p.Name, "go function %s: %v", p.Go, err)
+			return nil, poison(e, p.Name, "", "go function %s: %v", p.Go, err)
 		}
 		if out.Op == OpIndex && out.Doc == nil {
 			out.Doc = map[string]any{}
@@ -575,7 +575,7 @@ func (p *Projection) document(e *outbox.Event, payload map[string]any) (map[stri
 		if a, ok := Lookup(payload, p.After); ok && a != nil {
 			am, ok := a.(map[string]any)
 			if !ok {
-				return nil, poison(e, p.Name, "%s is %s, not an object", p.After, kind(a))
+				return nil, poison(e, p.Name, p.After, "%s is %s, not an object", p.After, kind(a))
 			}
 			after = am
 		}

@@ -21,7 +21,7 @@ func (c *compiledStep) run(a *activation) error {
 		}
 		obj, isObj := v.(map[string]any)
 		if !isObj {
-			return fmt.Errorf("%s is %s, not an object", base, kind(v))
+			return notObject(base, v)
 		}
 		if err := c.runOn(a, obj, base); err != nil {
 			return err
@@ -96,7 +96,7 @@ func lookupStep(obj map[string]any, p, base string) (parent map[string]any, key 
 		}
 		next, isObj := x.(map[string]any)
 		if !isObj {
-			return nil, "", nil, false, fmt.Errorf("%s is %s, not an object", join(base, p[:len(p)-len(tail)-1]), kind(x))
+			return nil, "", nil, false, notObject(join(base, p[:len(p)-len(tail)-1]), x)
 		}
 		m, rest = next, tail
 	}
@@ -123,7 +123,7 @@ func setStep(obj map[string]any, p, base string, v any, overwrite bool) error {
 			n := map[string]any{}
 			m[seg], m = n, n
 		default:
-			return fmt.Errorf("%s is %s, not an object", join(base, p[:len(p)-len(tail)-1]), kind(x))
+			return notObject(join(base, p[:len(p)-len(tail)-1]), x)
 		}
 		rest = tail
 	}

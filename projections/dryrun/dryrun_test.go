@@ -138,27 +138,6 @@ func TestPoisonSkippedAndUnreadable(t *testing.T) {
 	}
 }
 
-// TestErrorPaths holds errorPath to the reasons of package projections.
-func TestErrorPaths(t *testing.T) {
-	t.Parallel()
-	for reason, want := range map[string]string{
-		"field updated_by (from actor.principal_id): object {…} is not a keyword": "actor.principal_id",
-		"no document id at @aggregate_id":                                         "@aggregate_id",
-		"document id at code is boolean, not a string or number":                  "code",
-		"tenant at tenant_key is object, not a string":                            "tenant_key",
-		`payload has no version at "meta.version" (an integer >= 0 is required)`:  "meta.version",
-		"after is a string, not an object":                                        "after",
-		"no upcaster for entity.customer.updated from schema_version 1 to 2":      "@schema_version",
-		"upcaster entity.customer.* 1→2: boom":                                    "@schema_version",
-		`upcaster entity.customer.* 1→2: field x (from after.x): bad`:             "after.x",
-		"go function enrich: no such customer":                                    "",
-	} {
-		if got := errorPath(reason); got != want {
-			t.Errorf("errorPath(%q) = %q, want %q", reason, got, want)
-		}
-	}
-}
-
 func TestParseCurrent(t *testing.T) {
 	t.Parallel()
 	doc, v, err := ParseCurrent([]byte(`{"_index": "customers_v1", "_id": "a", "_version": 9, "found": true, "_source": {"code": "C-1"}}`))
