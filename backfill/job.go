@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/searchsync/searchsync/internal/jobrow"
 )
 
 // JobKind is aa_job.job_kind of a backfill; job_key is the source's name.
@@ -88,44 +87,13 @@ var ErrLost = errors.New("backfill: the job is no longer ours (aborted, or taken
 var ErrNoJob = errors.New("backfill: no running or interrupted backfill")
 
 // NewOwner returns an owner id for this process: host:pid:random.
-func NewOwner() string {
-	h, _ := os.Hostname()
-	return h + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
-}
+func NewOwner() string { return jobrow.NewOwner() }
 
-const (
-	insertJobSQL = `
-INSERT INTO aa_job (job_kind, job_key, owner, params, progress)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT DO NOTHING
-RETURNING id`
-	runningJobSQL = `
-SELECT id, coalesce(owner, ''), params, progress, heartbeat_at, extract(epoch FROM now() - heartbeat_at)
-FROM aa_job WHERE job_kind = $1 AND job_key = $2 AND state = 'running'`
-	takeOverSQL = `
-UPDATE aa_job SET owner = $2, heartbeat_at = now()
-WHERE id = $1 AND state = 'running' AND heartbeat_at = $3
-RETURNING id`
-	progressSQL = `
-UPDATE aa_job SET heartbeat_at = now(), progress = $3
-WHERE id = $1 AND owner = $2 AND state = 'running'`
-	releaseSQL = `
-UPDATE aa_job SET owner = NULL, heartbeat_at = 'epoch', progress = $3
-WHERE id = $1 AND owner = $2 AND state = 'running'`
-	finishSQL = `
-UPDATE aa_job SET state = 'succeeded', progress = $3, result = $4, finished_at = now(), heartbeat_at = now()
-WHERE id = $1 AND owner = $2 AND state = 'running'`
-	abortSQL = `
-UPDATE aa_job SET state = 'aborted', error = $2, finished_at = now(),
-       progress = jsonb_set(progress, '{phase}', '"aborted"')
-WHERE job_kind = 'backfill' AND job_key = $1 AND state = 'running'
-RETURNING id`
-	listSQL = `
+const listSQL = `
 SELECT id, job_key, state, coalesce(owner, ''), params, progress, coalesce(result, 'null'::jsonb), coalesce(error, ''),
        started_at, finished_at, extract(epoch FROM now() - heartbeat_at)
 FROM aa_job WHERE job_kind = 'backfill' AND ($1 = '' OR job_key = $1)
 ORDER BY started_at DESC, id DESC LIMIT $2`
-)
 
 // job is the backfill row this process holds.
 type job struct {
@@ -139,53 +107,44 @@ type job struct {
 // acquire starts a backfill job for the source, or takes over the running
 // one when its owner released it or its heartbeat is older than staleAfter.
 func acquire(ctx context.Context, db querier, name, owner string, params Params, staleAfter time.Duration) (*job, error) {
-	pb, _ := json.Marshal(params)
-	prog := Progress{Phase: PhaseCount, UpdatedAt: time.Now()}
-	gb, _ := json.Marshal(prog)
-	for range 3 {
-		j := &job{owner: owner, params: params, progress: prog}
-		err := db.QueryRow(ctx, insertJobSQL, JobKind, name, owner, pb, gb).Scan(&j.id)
-		if err == nil {
-			return j, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("backfill: start job for %s: %w", name, err)
-		}
-		var (
-			cur        string
-			pRaw, gRaw []byte
-			hb         time.Time
-			age        float64
-		)
-		err = db.QueryRow(ctx, runningJobSQL, JobKind, name).Scan(&j.id, &cur, &pRaw, &gRaw, &hb, &age)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // it ended in between: try again
-		}
-		if err != nil {
-			return nil, fmt.Errorf("backfill: look up the running job of %s: %w", name, err)
-		}
-		ageD := time.Duration(age * float64(time.Second))
-		if cur != "" && ageD < staleAfter {
-			return nil, &RunningError{Source: name, JobID: j.id, Owner: cur, HeartbeatAge: ageD}
-		}
-		var id int64
-		err = db.QueryRow(ctx, takeOverSQL, j.id, owner, hb).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("backfill: take over job %d of %s: %w", j.id, name, err)
-		}
-		if err := json.Unmarshal(pRaw, &j.params); err != nil {
-			return nil, fmt.Errorf("backfill: job %d: params: %w", j.id, err)
-		}
-		if err := json.Unmarshal(gRaw, &j.progress); err != nil {
-			return nil, fmt.Errorf("backfill: job %d: progress: %w", j.id, err)
-		}
-		j.resumed = true
+	j := &job{owner: owner, params: params, progress: Progress{Phase: PhaseCount, UpdatedAt: time.Now()}}
+	row, resumed, err := jobrow.Acquire(ctx, db, JobKind, name, owner, j.params, j.progress, staleAfter)
+	if err != nil {
+		return nil, acquireError(name, err)
+	}
+	j.id, j.resumed = row.ID, resumed
+	if !resumed {
 		return j, nil
 	}
-	return nil, fmt.Errorf("backfill: could not start or resume the job of %s (it changed hands three times)", name)
+	if err := json.Unmarshal(row.Params, &j.params); err != nil {
+		return nil, fmt.Errorf("backfill: job %d: params: %w", j.id, err)
+	}
+	if err := json.Unmarshal(row.Progress, &j.progress); err != nil {
+		return nil, fmt.Errorf("backfill: job %d: progress: %w", j.id, err)
+	}
+	return j, nil
+}
+
+// acquireError words a failure of jobrow.Acquire for the source.
+func acquireError(name string, err error) error {
+	var re *jobrow.RunningError
+	if errors.As(err, &re) {
+		return &RunningError{Source: name, JobID: re.JobID, Owner: re.Owner, HeartbeatAge: re.HeartbeatAge}
+	}
+	var ae *jobrow.AcquireError
+	if !errors.As(err, &ae) {
+		return fmt.Errorf("backfill: start job for %s: %w", name, err)
+	}
+	switch ae.Step {
+	case jobrow.StepStart:
+		return fmt.Errorf("backfill: start job for %s: %w", name, ae.Err)
+	case jobrow.StepLookUp:
+		return fmt.Errorf("backfill: look up the running job of %s: %w", name, ae.Err)
+	case jobrow.StepTakeOver:
+		return fmt.Errorf("backfill: take over job %d of %s: %w", ae.JobID, name, ae.Err)
+	default:
+		return fmt.Errorf("backfill: could not start or resume the job of %s (it changed hands three times)", name)
+	}
 }
 
 // save records the progress (and the heartbeat) in db, which is the
@@ -193,12 +152,11 @@ func acquire(ctx context.Context, db querier, name, owner string, params Params,
 // longer ours.
 func (j *job) save(ctx context.Context, db querier) error {
 	j.progress.UpdatedAt = time.Now()
-	b, _ := json.Marshal(j.progress)
-	tag, err := db.Exec(ctx, progressSQL, j.id, j.owner, b)
+	ok, err := jobrow.SaveProgress(ctx, db, j.id, j.owner, j.progress)
 	if err != nil {
 		return fmt.Errorf("backfill: record progress of job %d: %w", j.id, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return ErrLost
 	}
 	return nil
@@ -208,8 +166,7 @@ func (j *job) save(ctx context.Context, db querier) error {
 // once, without waiting for the heartbeat to go stale.
 func (j *job) release(ctx context.Context, db querier) error {
 	j.progress.UpdatedAt = time.Now()
-	b, _ := json.Marshal(j.progress)
-	if _, err := db.Exec(ctx, releaseSQL, j.id, j.owner, b); err != nil {
+	if _, err := jobrow.Release(ctx, db, j.id, j.owner, j.progress); err != nil {
 		return fmt.Errorf("backfill: release job %d: %w", j.id, err)
 	}
 	return nil
@@ -218,13 +175,11 @@ func (j *job) release(ctx context.Context, db querier) error {
 // finish ends the job as succeeded.
 func (j *job) finish(ctx context.Context, db querier, res *Result) error {
 	j.progress.UpdatedAt = time.Now()
-	gb, _ := json.Marshal(j.progress)
-	rb, _ := json.Marshal(res)
-	tag, err := db.Exec(ctx, finishSQL, j.id, j.owner, gb, rb)
+	ok, err := jobrow.Finish(ctx, db, j.id, j.owner, "succeeded", j.progress, res, nil)
 	if err != nil {
 		return fmt.Errorf("backfill: finish job %d: %w", j.id, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return ErrLost
 	}
 	return nil
@@ -235,9 +190,8 @@ func (j *job) finish(ctx context.Context, db querier, res *Result) error {
 // stays (each chunk's events are whole). It returns the job's id, or
 // ErrNoJob.
 func Abort(ctx context.Context, db querier, source, reason string) (int64, error) {
-	var id int64
-	err := db.QueryRow(ctx, abortSQL, source, reason).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	id, err := jobrow.AbortRunning(ctx, db, JobKind, source, reason)
+	if errors.Is(err, jobrow.ErrNotRunning) {
 		return 0, ErrNoJob
 	}
 	if err != nil {

@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/searchsync/searchsync/internal/jobrow"
 )
 
 // JobKind is aa_job.job_kind of a reindex; job_key is the alias.
@@ -167,42 +166,13 @@ type querier interface {
 }
 
 // NewOwner returns an owner id for this process: host:pid:random.
-func NewOwner() string {
-	h, _ := os.Hostname()
-	return h + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
-}
+func NewOwner() string { return jobrow.NewOwner() }
 
 const (
-	insertJobSQL = `
-INSERT INTO aa_job (job_kind, job_key, owner, params, progress)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT DO NOTHING
-RETURNING id, started_at`
-	runningJobSQL = `
-SELECT id, owner, params, progress, started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)
-FROM aa_job WHERE job_kind = $1 AND job_key = $2 AND state = 'running'`
-	takeOverSQL = `
-UPDATE aa_job SET owner = $2, heartbeat_at = now()
-WHERE id = $1 AND state = 'running' AND heartbeat_at = $3
-RETURNING id`
-	heartbeatSQL = `
-UPDATE aa_job SET heartbeat_at = now(), progress = $3
-WHERE id = $1 AND owner = $2 AND state = 'running'`
-	setParamsSQL = `
-UPDATE aa_job SET params = $3, heartbeat_at = now()
-WHERE id = $1 AND owner = $2 AND state = 'running'`
-	finishSQL = `
-UPDATE aa_job SET state = $3, progress = $4, result = $5, error = $6, finished_at = now(), heartbeat_at = now()
-WHERE id = $1 AND owner = $2 AND state = 'running'`
-	abortSQL = `
-UPDATE aa_job SET state = 'aborted', error = $2::text, finished_at = now(),
-       progress = jsonb_set(progress, '{phase}', '"aborted"')
-WHERE id = $1 AND state = 'running'`
 	rejectSQL = `
 UPDATE aa_job SET state = 'failed', error = $4, finished_at = now(), heartbeat_at = now()
 WHERE job_kind = $1 AND job_key = $2 AND state = 'running' AND params->>'target' = $3`
-	jobStateSQL = `SELECT state, coalesce(error, '') FROM aa_job WHERE id = $1`
-	targetsSQL  = `
+	targetsSQL = `
 SELECT job_key, params->>'target' FROM aa_job
 WHERE job_kind = $1 AND state = 'running' AND (params->>'dual_write')::boolean`
 )
@@ -211,93 +181,69 @@ WHERE job_kind = $1 AND state = 'running' AND (params->>'dual_write')::boolean`
 // its owner's heartbeat is older than staleAfter. A running job with a fresh
 // heartbeat is a *RunningError. params is used only for a new job.
 func Acquire(ctx context.Context, db querier, alias, owner string, params Params, staleAfter time.Duration) (*Job, error) {
-	pb, _ := json.Marshal(params)
-	prog := Progress{Phase: PhaseCreate, UpdatedAt: time.Now()}
-	gb, _ := json.Marshal(prog)
-	for attempt := 0; attempt < 3; attempt++ {
-		j := &Job{Owner: owner, Params: params, Progress: prog}
-		err := db.QueryRow(ctx, insertJobSQL, JobKind, alias, owner, pb, gb).Scan(&j.ID, &j.StartedAt)
-		if err == nil {
-			return j, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("reindex: start job for %s: %w", alias, err)
-		}
-		// A running job exists: resume it when its owner is gone.
-		var (
-			pRaw, gRaw []byte
-			hb         time.Time
-			age        float64
-			curOwner   *string
-		)
-		err = db.QueryRow(ctx, runningJobSQL, JobKind, alias).Scan(&j.ID, &curOwner, &pRaw, &gRaw, &j.StartedAt, &hb, &age)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // it finished in between: try again
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reindex: look up running job for %s: %w", alias, err)
-		}
-		ageD := time.Duration(age * float64(time.Second))
-		if ageD < staleAfter {
-			o := ""
-			if curOwner != nil {
-				o = *curOwner
-			}
-			return nil, &RunningError{Alias: alias, JobID: j.ID, Owner: o, HeartbeatAge: ageD}
-		}
-		var id int64
-		err = db.QueryRow(ctx, takeOverSQL, j.ID, owner, hb).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // someone else took it over or it finished: look again
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reindex: take over job %d of %s: %w", j.ID, alias, err)
-		}
-		if err := json.Unmarshal(pRaw, &j.Params); err != nil {
-			return nil, fmt.Errorf("reindex: job %d: params: %w", j.ID, err)
-		}
-		if err := json.Unmarshal(gRaw, &j.Progress); err != nil {
-			return nil, fmt.Errorf("reindex: job %d: progress: %w", j.ID, err)
-		}
-		j.Resumed = true
+	j := &Job{Owner: owner, Params: params, Progress: Progress{Phase: PhaseCreate, UpdatedAt: time.Now()}}
+	row, resumed, err := jobrow.Acquire(ctx, db, JobKind, alias, owner, j.Params, j.Progress, staleAfter)
+	if err != nil {
+		return nil, acquireError(alias, err)
+	}
+	j.ID, j.StartedAt, j.Resumed = row.ID, row.StartedAt, resumed
+	if !resumed {
 		return j, nil
 	}
-	return nil, fmt.Errorf("reindex: could not start or resume the job of %s (it changed hands three times)", alias)
+	if err := json.Unmarshal(row.Params, &j.Params); err != nil {
+		return nil, fmt.Errorf("reindex: job %d: params: %w", j.ID, err)
+	}
+	if err := json.Unmarshal(row.Progress, &j.Progress); err != nil {
+		return nil, fmt.Errorf("reindex: job %d: progress: %w", j.ID, err)
+	}
+	return j, nil
+}
+
+// acquireError words a failure of jobrow.Acquire for alias.
+func acquireError(alias string, err error) error {
+	var re *jobrow.RunningError
+	if errors.As(err, &re) {
+		return &RunningError{Alias: alias, JobID: re.JobID, Owner: re.Owner, HeartbeatAge: re.HeartbeatAge}
+	}
+	var ae *jobrow.AcquireError
+	if !errors.As(err, &ae) {
+		return fmt.Errorf("reindex: start job for %s: %w", alias, err)
+	}
+	switch ae.Step {
+	case jobrow.StepStart:
+		return fmt.Errorf("reindex: start job for %s: %w", alias, ae.Err)
+	case jobrow.StepLookUp:
+		return fmt.Errorf("reindex: look up running job for %s: %w", alias, ae.Err)
+	case jobrow.StepTakeOver:
+		return fmt.Errorf("reindex: take over job %d of %s: %w", ae.JobID, alias, ae.Err)
+	default:
+		return fmt.Errorf("reindex: could not start or resume the job of %s (it changed hands three times)", alias)
+	}
 }
 
 // Running returns the running reindex of alias, or ErrNoJob.
 func Running(ctx context.Context, db querier, alias string) (*Job, time.Duration, error) {
-	j := &Job{}
-	var (
-		pRaw, gRaw []byte
-		hb         time.Time
-		age        float64
-		owner      *string
-	)
-	err := db.QueryRow(ctx, runningJobSQL, JobKind, alias).Scan(&j.ID, &owner, &pRaw, &gRaw, &j.StartedAt, &hb, &age)
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := jobrow.Running(ctx, db, JobKind, alias)
+	if errors.Is(err, jobrow.ErrNotRunning) {
 		return nil, 0, ErrNoJob
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("reindex: look up running job for %s: %w", alias, err)
 	}
-	if owner != nil {
-		j.Owner = *owner
-	}
-	_ = json.Unmarshal(pRaw, &j.Params)
-	_ = json.Unmarshal(gRaw, &j.Progress)
-	return j, time.Duration(age * float64(time.Second)), nil
+	j := &Job{ID: row.ID, Owner: row.Owner, StartedAt: row.StartedAt}
+	_ = json.Unmarshal(row.Params, &j.Params)
+	_ = json.Unmarshal(row.Progress, &j.Progress)
+	return j, row.HeartbeatAge, nil
 }
 
 // heartbeat records progress; ErrLost when the row is no longer ours.
 func (j *Job) heartbeat(ctx context.Context, db querier) error {
 	j.Progress.UpdatedAt = time.Now()
-	b, _ := json.Marshal(j.Progress)
-	tag, err := db.Exec(ctx, heartbeatSQL, j.ID, j.Owner, b)
+	ok, err := jobrow.SaveProgress(ctx, db, j.ID, j.Owner, j.Progress)
 	if err != nil {
 		return fmt.Errorf("reindex: heartbeat of job %d: %w", j.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return ErrLost
 	}
 	return nil
@@ -305,12 +251,11 @@ func (j *Job) heartbeat(ctx context.Context, db querier) error {
 
 // saveParams records changed params; ErrLost when the row is no longer ours.
 func (j *Job) saveParams(ctx context.Context, db querier) error {
-	b, _ := json.Marshal(j.Params)
-	tag, err := db.Exec(ctx, setParamsSQL, j.ID, j.Owner, b)
+	ok, err := jobrow.SaveParams(ctx, db, j.ID, j.Owner, j.Params)
 	if err != nil {
 		return fmt.Errorf("reindex: record params of job %d: %w", j.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return ErrLost
 	}
 	return nil
@@ -319,21 +264,20 @@ func (j *Job) saveParams(ctx context.Context, db querier) error {
 // finish ends the job as succeeded or failed.
 func (j *Job) finish(ctx context.Context, db querier, state string, res *Result, cause error) error {
 	j.Progress.UpdatedAt = time.Now()
-	gb, _ := json.Marshal(j.Progress)
-	var rb []byte
+	var result any // nil: no result (NULL)
 	if res != nil {
-		rb, _ = json.Marshal(res)
+		result = res
 	}
 	var msg *string
 	if cause != nil {
 		s := cause.Error()
 		msg = &s
 	}
-	tag, err := db.Exec(ctx, finishSQL, j.ID, j.Owner, state, gb, rb, msg)
+	ok, err := jobrow.Finish(ctx, db, j.ID, j.Owner, state, j.Progress, result, msg)
 	if err != nil {
 		return fmt.Errorf("reindex: finish job %d as %s: %w", j.ID, state, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !ok {
 		return ErrLost
 	}
 	return nil
@@ -341,7 +285,7 @@ func (j *Job) finish(ctx context.Context, db querier, state string, res *Result,
 
 // state reads the job row's state and error.
 func (j *Job) state(ctx context.Context, db querier) (state, msg string, err error) {
-	if err := db.QueryRow(ctx, jobStateSQL, j.ID).Scan(&state, &msg); err != nil {
+	if state, msg, err = jobrow.State(ctx, db, j.ID); err != nil {
 		return "", "", fmt.Errorf("reindex: look up job %d: %w", j.ID, err)
 	}
 	return state, msg, nil
@@ -349,11 +293,11 @@ func (j *Job) state(ctx context.Context, db querier) (state, msg string, err err
 
 // markAborted ends a running job as aborted, whoever owns it.
 func markAborted(ctx context.Context, db querier, id int64, reason string) (bool, error) {
-	tag, err := db.Exec(ctx, abortSQL, id, reason)
+	ok, err := jobrow.Abort(ctx, db, id, reason)
 	if err != nil {
 		return false, fmt.Errorf("reindex: abort job %d: %w", id, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return ok, nil
 }
 
 // TargetsTTL is how long Targets caches the running reindex targets. A

@@ -92,6 +92,12 @@ var rules = []rule{
 		why:    "internal/config maps the YAML onto the packages' own Configs (indexer.Config, relay.Config, lag.Consumer, …); only the binary reads it",
 	},
 	{
+		name: "jobrow-is-a-leaf",
+		pkgs: []string{"internal/jobrow"},
+		deny: []string{"outbox", "delivery", "routing", "migrations", "projections", "indexer", "mapping", "relay", "sink", "lag", "backfill", "reindex", "dashboard", "compaction", "cmd", "internal/config", "internal/metrics", "examples"},
+		why:  "internal/jobrow owns the aa_job row lifecycle that backfill and reindex are built on; it imports only pgx, uuid and the standard library",
+	},
+	{
 		name:   "only-cmd-wires-the-examples",
 		all:    true,
 		except: []string{"cmd", "examples", "e2e"},
