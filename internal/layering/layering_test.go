@@ -92,6 +92,12 @@ var rules = []rule{
 		why:    "internal/config maps the YAML onto the packages' own Configs (indexer.Config, relay.Config, lag.Consumer, …); only the binary reads it",
 	},
 	{
+		name: "backfill-below-the-operator-views",
+		pkgs: []string{"backfill"},
+		deny: []string{"relay", "sink", "lag", "reindex", "dashboard", "compaction", "cmd", "internal/config", "internal/metrics", "examples", "projections", "indexer", "mapping"},
+		why:  "backfill writes snapshot events through the producer API (outbox, routing, internal/jobrow); reindex and the console build on it, never the reverse",
+	},
+	{
 		name: "jobrow-is-a-leaf",
 		pkgs: []string{"internal/jobrow"},
 		deny: []string{"outbox", "delivery", "routing", "migrations", "projections", "indexer", "mapping", "relay", "sink", "lag", "backfill", "reindex", "dashboard", "compaction", "cmd", "internal/config", "internal/metrics", "examples"},
