@@ -84,6 +84,10 @@ FROM aa_outbox_event`).Scan(&events, &distinct, &wrongType); err != nil {
 	if jobs[0].State != backfill.StateSucceeded || jobs[0].Progress.Phase != backfill.PhaseDone {
 		t.Fatalf("finished job: %+v", jobs[0])
 	}
+	latest, err := backfill.Latest(ctx, db.Pool, time.Minute)
+	if err != nil || len(latest) != 1 || latest[0].ID != jobs[0].ID || latest[0].State != backfill.StateSucceeded {
+		t.Fatalf("latest jobs: %+v %v", latest, err)
+	}
 }
 
 func TestBackfillBadRowStopsWithItsKeyAndLosesNothing(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/searchsync/searchsync/internal/jobrow"
 )
@@ -94,6 +95,15 @@ SELECT id, job_key, state, coalesce(owner, ''), params, progress, coalesce(resul
        started_at, finished_at, extract(epoch FROM now() - heartbeat_at)
 FROM aa_job WHERE job_kind = 'backfill' AND ($1 = '' OR job_key = $1)
 ORDER BY started_at DESC, id DESC LIMIT $2`
+
+// latestSQL is the newest job of every source, newest first.
+const latestSQL = `
+SELECT * FROM (
+  SELECT DISTINCT ON (job_key) id, job_key, state, coalesce(owner, ''), params, progress, coalesce(result, 'null'::jsonb),
+         coalesce(error, ''), started_at, finished_at, extract(epoch FROM now() - heartbeat_at)
+  FROM aa_job WHERE job_kind = 'backfill'
+  ORDER BY job_key, started_at DESC, id DESC) j
+ORDER BY started_at DESC, id DESC`
 
 // job is the backfill row this process holds.
 type job struct {
@@ -220,6 +230,18 @@ type JobInfo struct {
 // or whose heartbeat is older than staleAfter is reported interrupted.
 func List(ctx context.Context, db querier, source string, limit int, staleAfter time.Duration) ([]JobInfo, error) {
 	rows, err := db.Query(ctx, listSQL, source, limit)
+	return scanJobs(rows, err, staleAfter)
+}
+
+// Latest returns the newest job of every source that has one, newest
+// first, in one statement; states as List reports them.
+func Latest(ctx context.Context, db querier, staleAfter time.Duration) ([]JobInfo, error) {
+	rows, err := db.Query(ctx, latestSQL)
+	return scanJobs(rows, err, staleAfter)
+}
+
+// scanJobs reads the rows of listSQL or latestSQL.
+func scanJobs(rows pgx.Rows, err error, staleAfter time.Duration) ([]JobInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backfill: list jobs: %w", err)
 	}

@@ -201,26 +201,26 @@ func (b *Backfills) Start(src backfill.Source, by string, wait time.Duration) (*
 // one: of each of names (the declared sources, in their order), then of
 // any other source with a job (no longer declared), newest first. A running
 // or interrupted job is always its source's newest (a source has at most
-// one running job, and none starts before it ends). One statement per
-// declared source, and one more.
+// one running job, and none starts before it ends). One statement
+// (backfill.Latest).
 func LatestBackfills(ctx context.Context, db JobsDB, names []string, staleAfter time.Duration) ([]backfill.JobInfo, error) {
-	var out []backfill.JobInfo
-	seen := map[string]bool{}
-	for _, n := range names {
-		seen[n] = true
-		jobs, err := backfill.List(ctx, db, n, 1, staleAfter)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, jobs...)
-	}
-	others, err := backfill.List(ctx, db, "", 100, staleAfter)
+	latest, err := backfill.Latest(ctx, db, staleAfter)
 	if err != nil {
 		return nil, err
 	}
-	for _, j := range others {
-		if !seen[j.Source] {
-			seen[j.Source] = true
+	bySource := make(map[string]backfill.JobInfo, len(latest))
+	for _, j := range latest {
+		bySource[j.Source] = j
+	}
+	var out []backfill.JobInfo
+	for _, n := range names {
+		if j, ok := bySource[n]; ok {
+			out = append(out, j)
+			delete(bySource, n)
+		}
+	}
+	for _, j := range latest { // the sources no longer declared, newest first
+		if _, ok := bySource[j.Source]; ok {
 			out = append(out, j)
 		}
 	}
