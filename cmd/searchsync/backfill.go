@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/searchsync/searchsync/backfill"
 	"github.com/searchsync/searchsync/internal/config"
-	"github.com/searchsync/searchsync/mapping"
-	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/projections/dryrun"
 )
 
 // BackfillCmd writes snapshot events of existing data from a declared
@@ -52,17 +50,11 @@ func (c *BackfillStartCmd) Run(ctx context.Context, g *Globals) error {
 		if c.JSON {
 			return printJSON(plan)
 		}
-		set, err := loadProjections(e.cfg, builtinExamples)
+		dr, err := dryRunner(e.cfg)
 		if err != nil {
 			return err
 		}
-		defs, err := loadDefs(e.cfg)
-		if err != nil {
-			return err
-		}
-		printBackfillPlan(e.cfg, plan, func(ev *outbox.Event, consumer string) string {
-			return projectedText(e.cfg, set, defs, ev, consumer)
-		})
+		printBackfillPlan(ctx, e.cfg, plan, dr)
 		return nil
 	}
 	var last time.Time
@@ -108,30 +100,18 @@ func backfillLine(name string, p backfill.Progress) string {
 	return s
 }
 
-// projectedText is what a search consumer would write for a sample event:
-// the projection, the operation, whether it is full state, the document.
-// "" for a consumer that is not a search consumer.
-func projectedText(cfg *config.Config, set *projections.Set, defs mapping.Defs, ev *outbox.Event, consumer string) string {
-	var indexes []string
-	for _, c := range cfg.Consumers {
-		if c.Name == consumer && c.Search != nil {
-			indexes = c.Search.Indexes
-		}
-	}
-	if indexes == nil {
-		return ""
-	}
-	res, err := set.Project(ev, indexes, func(index string) string {
-		if d := defs[index]; d != nil {
-			return d.VersionPath
-		}
-		return ""
-	})
+// sampleText is what a search consumer would write for a sample event,
+// from the projection dry run (the one the console and `projections test`
+// show): the projection, whether it is full state, the document.
+func sampleText(cr *dryrun.ConsumerReport) string {
+	res := cr.Result
 	switch {
-	case err != nil:
-		return "poison: " + err.Error()
+	case cr.Error != nil:
+		return "poison: " + cr.Error.Message
+	case cr.Skipped != "":
+		return cr.Skipped
 	case res == nil:
-		return "no projection of " + strings.Join(indexes, ", ") + " takes this event: it would be skipped"
+		return "no document"
 	case res.Op != projections.OpIndex:
 		return fmt.Sprintf("projection %s: %s, not a document (check delete_on and ignore_on)", res.Projection, res.Op)
 	}
@@ -142,7 +122,7 @@ func projectedText(cfg *config.Config, set *projections.Set, defs mapping.Defs, 
 	return fmt.Sprintf("projection %s → %s/%s v%d full state: %s", res.Projection, res.Index, res.ID, res.Version, doc)
 }
 
-func printBackfillPlan(cfg *config.Config, p *backfill.Plan, project func(*outbox.Event, string) string) {
+func printBackfillPlan(ctx context.Context, cfg *config.Config, p *backfill.Plan, dr *dryrun.Runner) {
 	s := p.Source
 	fmt.Printf("backfill %s (dry run: nothing written)\n", s.Name)
 	fmt.Printf("  rows now:     %d (one snapshot event each)\n", p.Rows)
@@ -159,10 +139,8 @@ func printBackfillPlan(cfg *config.Config, p *backfill.Plan, project func(*outbo
 			fmt.Printf("  tenant_id %s\n", ev.TenantID)
 		}
 		fmt.Printf("  payload %s\n", ev.Payload)
-		for _, c := range to {
-			if t := project(&ev, c); t != "" {
-				fmt.Printf("  %s: %s\n", c, t)
-			}
+		for _, cr := range dr.Run(ctx, &ev).Consumers {
+			fmt.Printf("  %s: %s\n", cr.Consumer, sampleText(&cr))
 		}
 		if len(to) == 0 {
 			fmt.Println("  (no route takes this event: it would be skipped)")
