@@ -444,7 +444,9 @@ const (
 //   - 2xx, and 404 for a delete (the document was not there; the engine
 //     still records the delete's version): OK.
 //   - 409 (version_conflict_engine_exception): Stale — the engine already
-//     holds this or a newer version, so the op counts as delivered.
+//     holds this or a newer version, so the op counts as delivered. For a
+//     guarded op (BulkOp.Guarded) it is a conflict instead: Retry, and the
+//     writer reads the document again (BulkResult.Conflict).
 //   - cluster_block_exception (any status), index_not_found_exception, 401
 //     and 403: Unavailable — conditions of the engine that an operator (or
 //     the engine itself, for the disk watermark's block) fixes, not faults
@@ -477,6 +479,8 @@ func classify(op BulkOp, r BulkResult) (o delivery.Outcome, again bool) {
 	what := fmt.Sprintf("%s %s/%s v%d", op.Type, op.Index, op.ID, op.Version)
 	engineSaid := r.Answer()
 	switch {
+	case r.Status == http.StatusConflict && op.Guarded:
+		return delivery.Retryf("%s: another writer changed the document since it was read (%s)", what, engineSaid), false
 	case r.Status == http.StatusConflict:
 		return delivery.Outcome{Kind: delivery.Stale, Reason: what + ": " + engineSaid}, false
 	case r.ErrType == "cluster_block_exception":

@@ -86,6 +86,17 @@ type BulkOp struct {
 	// index holds at this very version is replaced too (a full-state
 	// snapshot over a document partial events built, projections.Fold).
 	SameVersion bool
+	// Guarded writes without an external version, conditioned on what was
+	// read instead (the documents that relations reach, whose sources
+	// keep their versions inside the document): an index op replaces the
+	// document only while it is at IfSeqNo/IfPrimaryTerm, and Create makes
+	// it only where there is none. A 409 answer is then a conflict (another
+	// writer came first: read again and fold again), not a stale write;
+	// BulkResult.Conflict says so. Version is only reported.
+	Guarded       bool
+	Create        bool
+	IfSeqNo       int64
+	IfPrimaryTerm int64
 }
 
 // BulkResult is the engine's answer for one op.
@@ -95,12 +106,17 @@ type BulkResult struct {
 	ErrReason string
 	Version   int64  // the version the engine holds after the op, when given
 	Result    string // created, updated, deleted, not_found, noop (empty on errors)
+	// SeqNo and PrimaryTerm are the document's after a successful op.
+	SeqNo, PrimaryTerm int64
 }
 
 // Doc is a stored document.
 type Doc struct {
 	Source  json.RawMessage
 	Version int64
+	// SeqNo and PrimaryTerm are what a guarded write (BulkOp.Guarded) is
+	// conditioned on.
+	SeqNo, PrimaryTerm int64
 }
 
 // IndexInfo is the live definition of a physical index.

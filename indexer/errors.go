@@ -168,3 +168,7 @@ func temporaryStatus(status int) bool {
 func forbiddenStatus(status int) bool {
 	return status == http.StatusUnauthorized || status == http.StatusForbidden
 }
+
+// Conflict reports a guarded write (BulkOp.Guarded) refused because the
+// document changed since it was read, or was made meanwhile (Create).
+func (r BulkResult) Conflict() bool { return r.Status == http.StatusConflict }

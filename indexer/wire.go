@@ -55,17 +55,30 @@ func appendOp(buf *bytes.Buffer, op *BulkOp) error {
 		return fmt.Errorf("bulk op %s %s/%s: negative version %d", op.Type, op.Index, op.ID, op.Version)
 	}
 	buf.WriteString(`{"`)
-	buf.WriteString(string(op.Type))
+	if op.Guarded && op.Create && op.Type == OpIndex {
+		buf.WriteString("create")
+	} else {
+		buf.WriteString(string(op.Type))
+	}
 	buf.WriteString(`":{"_index":`)
 	writeJSONString(buf, op.Index)
 	buf.WriteString(`,"_id":`)
 	writeJSONString(buf, op.ID)
-	buf.WriteString(`,"version":`)
-	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), op.Version, 10))
-	if op.SameVersion {
-		buf.WriteString(`,"version_type":"external_gte"`)
-	} else {
-		buf.WriteString(`,"version_type":"external"`)
+	switch {
+	case op.Guarded && op.Create:
+	case op.Guarded:
+		buf.WriteString(`,"if_seq_no":`)
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), op.IfSeqNo, 10))
+		buf.WriteString(`,"if_primary_term":`)
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), op.IfPrimaryTerm, 10))
+	default:
+		buf.WriteString(`,"version":`)
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), op.Version, 10))
+		if op.SameVersion {
+			buf.WriteString(`,"version_type":"external_gte"`)
+		} else {
+			buf.WriteString(`,"version_type":"external"`)
+		}
 	}
 	if op.Routing != "" {
 		buf.WriteString(`,"routing":`)
@@ -163,6 +176,8 @@ func decodeBulk(n int, body []byte) ([]BulkResult, error) {
 	type result struct {
 		Status  int        `json:"status"`
 		Version int64      `json:"_version"`
+		SeqNo   int64      `json:"_seq_no"`
+		Term    int64      `json:"_primary_term"`
 		Result  string     `json:"result"`
 		Error   *errorBody `json:"error"`
 	}
@@ -188,7 +203,7 @@ func decodeBulk(n int, body []byte) ([]BulkResult, error) {
 		if it == nil {
 			return nil, fmt.Errorf("decode bulk answer: item %d has no index, delete, create or update result", i)
 		}
-		out[i] = BulkResult{Status: it.Status, Version: it.Version, Result: it.Result}
+		out[i] = BulkResult{Status: it.Status, Version: it.Version, Result: it.Result, SeqNo: it.SeqNo, PrimaryTerm: it.Term}
 		if it.Error != nil {
 			out[i].ErrType, out[i].ErrReason = it.Error.Type, it.Error.text()
 		}
@@ -207,6 +222,8 @@ func decodeMGet(index string, body []byte) (map[string]Doc, error) {
 			ID      string          `json:"_id"`
 			Found   bool            `json:"found"`
 			Version int64           `json:"_version"`
+			SeqNo   int64           `json:"_seq_no"`
+			Term    int64           `json:"_primary_term"`
 			Source  json.RawMessage `json:"_source"`
 			Error   *errorBody      `json:"error"`
 		} `json:"docs"`
@@ -226,7 +243,7 @@ func decodeMGet(index string, body []byte) (map[string]Doc, error) {
 			return nil, &EngineError{Op: "mget " + index + " id " + d.ID, Status: status, Type: d.Error.Type, Reason: d.Error.text()}
 		}
 		if d.Found {
-			out[d.ID] = Doc{Source: d.Source, Version: d.Version}
+			out[d.ID] = Doc{Source: d.Source, Version: d.Version, SeqNo: d.SeqNo, PrimaryTerm: d.Term}
 		}
 	}
 	return out, nil

@@ -339,18 +339,43 @@ func (d *Def) Hash() string {
 
 // SearchFilter is the alias filter: in soft-delete mode it hides tombstones,
 // otherwise nil.
+//
+// In an index that relations reach (Linked), it also hides the documents
+// whose entity does not exist (projections.LiveKey false: deleted, or only
+// named by relations so far).
 func (d *Def) SearchFilter() json.RawMessage {
-	if d.DeleteMode != DeleteSoft {
+	var not []any
+	if d.DeleteMode == DeleteSoft {
+		not = append(not, map[string]any{"term": map[string]any{d.TombstoneField: true}})
+	}
+	if d.Linked() {
+		not = append(not, map[string]any{"term": map[string]any{projections.LiveKey: false}})
+	}
+	if len(not) == 0 {
 		return nil
 	}
-	b, _ := json.Marshal(map[string]any{"bool": map[string]any{"must_not": []any{map[string]any{"term": map[string]any{d.TombstoneField: true}}}}})
+	b, _ := json.Marshal(map[string]any{"bool": map[string]any{"must_not": not}})
 	return b
 }
+
+// Linked reports whether relations reach the index's documents
+// (projections.Set.Linked, through Writers): they carry
+// projections.MetaKey, mapped unindexed, and projections.LiveKey.
+func (d *Def) Linked() bool { return d.Writers != nil && d.Writers.Linked }
 
 // Body is the create-index body of the physical index (settings, mappings
 // with _meta, no aliases).
 func (d *Def) Body() json.RawMessage {
 	m := d.mappingsAsCreated()
+	if d.Linked() {
+		props, _ := m["properties"].(map[string]any)
+		if props == nil {
+			props = map[string]any{}
+			m["properties"] = props
+		}
+		props[projections.MetaKey] = map[string]any{"type": "object", "enabled": false}
+		props[projections.LiveKey] = map[string]any{"type": "boolean"}
+	}
 	m["_meta"] = map[string]any{"searchsync": d.meta()}
 	b, err := json.Marshal(map[string]any{"settings": d.Settings, "mappings": m})
 	if err != nil {

@@ -18,6 +18,9 @@ type File struct {
 	Projections []Projection `yaml:"projections" json:"projections"`
 	// Upcasters are declared upcasters (see UpcasterDecl).
 	Upcasters []UpcasterDecl `yaml:"upcasters" json:"upcasters,omitempty"`
+	// Relations are relation aggregates whose events reach the documents
+	// of the entities they connect (see Relation).
+	Relations []Relation `yaml:"relations" json:"relations,omitempty"`
 }
 
 // Parse reads a projection file's bytes and returns its projections (its
@@ -63,6 +66,11 @@ func ParseFile(name string, data []byte) (*File, error) {
 	for i := range f.Upcasters {
 		if _, err := f.Upcasters[i].compileKeyed(i); err != nil {
 			return nil, located(err, "")
+		}
+	}
+	for i := range f.Relations {
+		if err := f.Relations[i].check(); err != nil {
+			return nil, located(err, fmt.Sprintf("relations[%d]", i))
 		}
 	}
 	return &f, nil
@@ -115,6 +123,9 @@ func (s *Set) AddFile(name string, data []byte) error {
 		return fmt.Errorf("projections %s: %w", name, err)
 	}
 	if err := s.AddUpcasters(f.Upcasters...); err != nil {
+		return fmt.Errorf("projections %s: %w", name, err)
+	}
+	if err := s.AddRelations(f.Relations...); err != nil {
 		return fmt.Errorf("projections %s: %w", name, err)
 	}
 	return nil

@@ -39,6 +39,8 @@ type Fingerprint struct {
 	// Projections summarises each projection of the index, by name: what
 	// Changes compares to describe a difference.
 	Projections map[string]ProjectionSummary `json:"projections"`
+	// Linked says that relations reach the index (Set.Linked).
+	Linked bool `json:"linked,omitempty"`
 }
 
 // ProjectionSummary is what the fingerprint keeps of one projection, short
@@ -99,6 +101,17 @@ func (s *Set) Fingerprint(index string) *Fingerprint {
 		}
 		fp.Projections[p.Name] = sum
 		whole = append(whole, map[string]any{"projection": canon, "upcasters": upJSON})
+	}
+	for _, r := range s.Relations() {
+		if r.Source.Index != index && r.Target.Index != index {
+			continue
+		}
+		fp.Linked = true
+		canon := canonicalRelation(r)
+		sum := ProjectionSummary{Hash: shortHash(canon), Order: len(whole)}
+		sum.Fields, sum.Parts = summarise(canon)
+		fp.Projections["relation "+r.Name] = sum
+		whole = append(whole, map[string]any{"relation": canon})
 	}
 	b, _ := json.Marshal(whole)
 	h := sha256.Sum256(b)
@@ -412,5 +425,15 @@ func globTokens(p string) []rune {
 			out = append(out, rs[i])
 		}
 	}
+	return out
+}
+
+// canonicalRelation is the JSON a relation's fingerprint covers: its
+// declaration with defaults, empty parts left out.
+func canonicalRelation(r *Relation) any {
+	b, _ := json.Marshal(r)
+	var m any
+	_ = json.Unmarshal(b, &m)
+	out, _ := prune(m)
 	return out
 }

@@ -46,6 +46,12 @@ type Result struct {
 	// Snapshot says that the event is a snapshot (routing.IsSnapshot):
 	// Doc is the whole state at Version, written by a backfill.
 	Snapshot bool
+	// EventID is the outbox id of the event.
+	EventID int64
+	// Link, when set, says that the result comes from a relation's event
+	// (Relation) and what it does to the document; nil for a result of the
+	// document's own entity.
+	Link *Link
 }
 
 // Input is what a Go projection function sees: the event and its payload,
@@ -228,6 +234,7 @@ type upcaster struct {
 type Set struct {
 	mu          sync.RWMutex
 	projections []*Projection
+	relations   []*Relation
 	funcs       map[string]Func
 	upcasters   []upcaster
 	// found caches Find per (indexes, event type, aggregate type); newest
@@ -272,10 +279,8 @@ func (s *Set) Add(ps ...Projection) error {
 		if err := p.check(); err != nil {
 			return err
 		}
-		for _, q := range s.projections {
-			if q.Name == p.Name {
-				return fmt.Errorf("projection %q: declared twice", p.Name)
-			}
+		if s.declared(p.Name) {
+			return fmt.Errorf("projection %q: declared twice", p.Name)
 		}
 		p.setDefaults()
 		if p.Go != "" {
@@ -294,12 +299,19 @@ func (s *Set) Projections() []*Projection {
 	return slices.Clone(s.projections)
 }
 
-// Indexes returns the aliases the projections write to.
+// Indexes returns the aliases the projections and relations write to.
 func (s *Set) Indexes() []string {
 	var out []string
 	for _, p := range s.Projections() {
 		if !slices.Contains(out, p.Index) {
 			out = append(out, p.Index)
+		}
+	}
+	for _, r := range s.Relations() {
+		for _, ix := range []string{r.Source.Index, r.Target.Index} {
+			if !slices.Contains(out, ix) {
+				out = append(out, ix)
+			}
 		}
 	}
 	return out
@@ -494,7 +506,7 @@ func (p *Projection) project(e *outbox.Event, payload map[string]any, versionPat
 	if err != nil {
 		return nil, err
 	}
-	out := &Result{Projection: p.Name, Op: op, Index: p.Index, Snapshot: routing.IsSnapshot(e.EventType)}
+	out := &Result{Projection: p.Name, Op: op, Index: p.Index, Snapshot: routing.IsSnapshot(e.EventType), EventID: e.ID}
 
 	id, ok := resolve(e, payload, p.ID)
 	if !ok || id == nil {

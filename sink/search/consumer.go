@@ -36,6 +36,7 @@ import (
 
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/linked"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/sink"
@@ -84,6 +85,10 @@ type Config struct {
 	// version needs no _mget (see stateCache for why that is exact).
 	// 0: the default, 10,000; negative: no cache.
 	StateCache int
+	// MaxFanOut bounds the documents one write of an entity brings a new
+	// copy of its fields to (relations' other_fields; linked.Config).
+	// Default 1000.
+	MaxFanOut int
 	// DisableCoalescing writes every event's state on its own (one bulk
 	// round per event of a document) instead of one write per document and
 	// batch. For measuring the effect of coalescing; default false.
@@ -141,6 +146,9 @@ type Consumer struct {
 	// reindexing the aliases with a reindex running (see cacheable).
 	states     *stateCache
 	reindexing map[string]bool
+	// linked are the indexes relations reach, written by linkedW.
+	linked  map[string]bool
+	linkedW *linked.Writer
 
 	stats struct{ events, unprojected, writes, coalesced, mgets, stateHits atomic.Int64 }
 }
@@ -203,6 +211,9 @@ func New(cfg Config) (*Consumer, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("search consumer %s: %w", c.cfg.Name, err)
+	}
+	if err := c.newLinked(); err != nil {
 		return nil, fmt.Errorf("search consumer %s: %w", c.cfg.Name, err)
 	}
 	return c, nil

@@ -1,6 +1,7 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -49,12 +50,14 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delive
 	// its aggregate (later events stay NotAttempted).
 	// Projection is CPU work independent per event: it runs on every core;
 	// results after a poison event of the same aggregate are discarded.
-	results := make([]*projections.Result, len(events))
+	results := make([][]*projections.Result, len(events))
 	errs := make([]error, len(events))
 	parallel(len(events), func(i int) {
-		results[i], errs[i] = c.cfg.Projections.Project(events[i], c.indexes, c.versionPath)
-		if errs[i] == nil && results[i] != nil {
-			errs[i] = mapping.Resolve(c.cfg.Defs, c.cfg.Name, c.indexes, results[i])
+		results[i], errs[i] = c.cfg.Projections.ProjectAll(events[i], c.indexes, c.versionPath)
+		for _, r := range results[i] {
+			if errs[i] == nil {
+				errs[i] = mapping.Resolve(c.cfg.Defs, c.cfg.Name, c.indexes, r)
+			}
 		}
 	})
 	stopped := map[aggregateKey]bool{}
@@ -64,12 +67,13 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delive
 	slab := make([]target, 0, len(events))
 	aliases := make([]string, len(events)) // the alias each event writes
 	order := make([]*target, 0, len(events))
+	var links linkedBatch
 	for i, e := range events {
 		key, ok := aggregateOf(e)
 		if ok && stopped[key] {
 			continue
 		}
-		res, err := results[i], errs[i]
+		rs, err := results[i], errs[i]
 		if err != nil {
 			out[i] = delivery.Poisonf("%v", err)
 			if ok {
@@ -77,35 +81,43 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delive
 			}
 			continue
 		}
-		if res == nil {
+		if len(rs) == 0 {
 			c.stats.unprojected.Add(1)
 			out[i] = delivery.Ok()
 			continue
 		}
-		def := c.cfg.Defs[res.Index]
-		alias := res.Index
-		if def.Tenancy.Mode == mapping.TenancyPerTenant {
-			alias, _ = def.TenantAlias(res.Tenant) // checked by resolve
+		for _, res := range rs {
+			def := c.cfg.Defs[res.Index]
+			alias := res.Index
+			if def.Tenancy.Mode == mapping.TenancyPerTenant {
+				alias, _ = def.TenantAlias(res.Tenant) // checked by resolve
+			}
+			aliases[i] = cmp.Or(aliases[i], alias)
+			if c.linked[res.Index] {
+				links.add(i, def, alias, res)
+				continue
+			}
+			k := docKey{alias, res.ID}
+			t := targets[k]
+			if t == nil {
+				slab = append(slab, target{def: def, rules: def.FoldRules(), alias: alias, id: res.ID})
+				t = &slab[len(slab)-1]
+				t.steps = t.buf[:0]
+				targets[k] = t
+				order = append(order, t)
+			}
+			t.steps = append(t.steps, step{ev: i, res: res})
 		}
-		k := docKey{alias, res.ID}
-		t := targets[k]
-		if t == nil {
-			slab = append(slab, target{def: def, rules: def.FoldRules(), alias: alias, id: res.ID})
-			t = &slab[len(slab)-1]
-			t.steps = t.buf[:0]
-			targets[k] = t
-			order = append(order, t)
-		}
-		t.steps = append(t.steps, step{ev: i, res: res})
-		aliases[i] = alias
 	}
 
 	// 2. Per-tenant aliases, then the current state of documents that an
 	// event merges onto (partial payloads, soft deletes): one _mget per alias.
 	c.prepare(ctx, order, out)
 
-	// 3. Coalesce and write.
+	// 3. Coalesce and write; the documents relations reach are read,
+	// folded and written by the linked writer.
 	c.write(ctx, order, out)
+	c.writeLinked(ctx, &links, out)
 
 	// 4. Order per aggregate: after the first event that was not delivered,
 	// nothing of the aggregate counts.
