@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +18,9 @@ import (
 
 // TestDemoRunsAndStopsOnInterrupt runs `searchsync demo` on the demo's own
 // configuration (with this test's schema, port and stream): documents become
-// searchable, the backlog drains, and Ctrl-C (SIGINT) stops it cleanly with
-// exit code 0.
+// searchable, the backlog drains, a customer is found by the name of one of
+// its contact persons (the customer-contact relation), and Ctrl-C (SIGINT)
+// stops it cleanly with exit code 0.
 func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -78,6 +81,22 @@ func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 		t.Fatalf("search: %d %s %s", code, out, stderr)
 	}
 
+	// Persons and relations arrive too: a customer lists its contact persons,
+	// and `searchsync search customers <a contact's name>` finds it by that
+	// name (persons' names are none of the customers' own names).
+	var custID, name string
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		custID, name = customerWithContact(t, engineURL)
+		return custID != ""
+	}, "no customer of this demo lists a contact person with a name")
+	out, stderr, code = runCLI(t, []string{"SEARCHSYNC_ENGINE_URL=" + engineURL}, "-c", cfgFile, "search", "customers", name, "--size", "10000")
+	if code != 0 || !strings.Contains(out, custID) {
+		t.Fatalf("search customers %q does not list customer %s (exit %d):\n%.2000s\n%s", name, custID, code, out, stderr)
+	}
+	if n := countDocs(t, engineURL, "persons", `{"exists":{"field":"contact_of.customer_id"}}`); n == 0 {
+		t.Errorf("no person lists the customers it is a contact of")
+	}
+
 	// Ctrl-C stops it cleanly.
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
@@ -93,4 +112,51 @@ func TestDemoRunsAndStopsOnInterrupt(t *testing.T) {
 	if leases != 0 {
 		t.Errorf("%d partition leases still held after a clean stop", leases)
 	}
+}
+
+// customerWithContact returns a customer whose document lists a contact
+// person with a name, and that name ("" when there is none yet).
+func customerWithContact(t *testing.T, engineURL string) (id, name string) {
+	t.Helper()
+	body := `{"size":1,"query":{"exists":{"field":"contacts.name"}},"sort":[{"_doc":"desc"}]}`
+	resp, err := http.Post(engineURL+"/customers/_search", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct {
+		Hits struct {
+			Hits []struct {
+				ID     string `json:"_id"`
+				Source struct {
+					Contacts []struct {
+						Name string `json:"name"`
+					} `json:"contacts"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Hits.Hits) == 0 {
+		return "", ""
+	}
+	h := res.Hits.Hits[0]
+	for _, c := range h.Source.Contacts {
+		if c.Name != "" {
+			return h.ID, c.Name
+		}
+	}
+	return "", ""
+}
+
+// countDocs counts the documents of alias that match query.
+func countDocs(t *testing.T, engineURL, alias, query string) int {
+	t.Helper()
+	resp, err := http.Post(engineURL+"/"+alias+"/_count", "application/json", strings.NewReader(`{"query":`+query+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct{ Count int }
+	json.NewDecoder(resp.Body).Decode(&res)
+	return res.Count
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/searchsync/searchsync/compaction"
 	"github.com/searchsync/searchsync/dashboard"
+	"github.com/searchsync/searchsync/examples/contacts"
 	"github.com/searchsync/searchsync/examples/customer"
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/background"
@@ -185,7 +186,7 @@ func runRelay(ctx context.Context, e *env, connectTimeout time.Duration, hooks r
 }
 
 // builtinExamples are the examples indexes.examples may name.
-var builtinExamples = exampleSet{"customer": customer.Register}
+var builtinExamples = exampleSet{"customer": customer.Register, "contacts": contacts.Register}
 
 // checkSchema refuses a schema that is not migrated to this binary's version.
 func checkSchema(ctx context.Context, db config.Database, logger *slog.Logger) error {

@@ -18,8 +18,10 @@ type Indexes struct {
 	// *.json in it), relative to the configuration file. Default none.
 	Projections []string `yaml:"projections"`
 	// Examples names built-in example projections (with their upcasters) to
-	// load: "customer" (entity.customer.* on DDM_ENTITY into customers).
-	// Default none.
+	// load: "customer" (entity.customer.* on DDM_ENTITY into customers) and
+	// "contacts" (entity.person.* on DDM_ENTITY into persons, and the
+	// relation relation.customer_contact.* on DDM_ENTITY_RELATION between
+	// customers and persons; load it beside customer). Default none.
 	Examples []string `yaml:"examples"`
 	// OnDrift is what start-up does when a live index does not match its
 	// definition: warn (log "reindex required", report it in status, keep
@@ -57,8 +59,8 @@ func (c *Config) validateIndexes(v *validator) {
 		}
 	}
 	for i, e := range ix.Examples {
-		if e != "customer" {
-			v.add(fmt.Sprintf("indexes.examples[%d]", i), fmt.Sprintf("%q is not a built-in example (customer)", e))
+		if e != "customer" && e != "contacts" {
+			v.add(fmt.Sprintf("indexes.examples[%d]", i), fmt.Sprintf("%q is not a built-in example (customer, contacts)", e))
 		}
 	}
 }

@@ -5,6 +5,13 @@
 // example shape (tenant_key, entity_type, entity_id, code, version, before,
 // after, actor); `version` counts per aggregate from 1. Workload is a fixed
 // mix of them (Realistic: the end-to-end benchmark's workload).
+//
+// With a contact share (Generator.ContactShare, Workload.ContactShare) the
+// stream also holds the contacts example's events: persons created,
+// updated (renames among them) and deleted, and relations "person is a
+// contact of customer" created, updated (role) and deleted
+// (RelationHeavy: the relations benchmark's workload). Without it the
+// stream is customers only, event for event as before.
 package loadgen
 
 import (
@@ -34,12 +41,20 @@ type Customer struct {
 // Generator makes customer events. It is safe for concurrent use.
 type Generator struct {
 	Tenant string // tenant_key, default "public"
+	// ContactShare is the share of Next's events that are person and
+	// relation events (the contacts example); 0, the default: customers
+	// only.
+	ContactShare float64
 
-	mu    sync.Mutex
-	rng   *rand.Rand
-	live  []*Customer
-	seq   int
-	actor uuid.UUID
+	mu       sync.Mutex
+	rng      *rand.Rand
+	live     []*Customer
+	seq      int
+	actor    uuid.UUID
+	persons  []*Person
+	pseq     int
+	contacts []*Contact
+	pending  []outbox.Event // events of Next's last step still to return
 }
 
 // New returns a generator with a fixed seed (the same seed, the same events).
@@ -150,19 +165,45 @@ func (g *Generator) Burst(n int) []outbox.Event {
 }
 
 // Next returns the next event of a typical mix: 20% creates, 72% updates,
-// 8% deletes.
+// 8% deletes. With a ContactShare, that share of the events are a step of
+// the contacts mix instead (see nextContacts), and a customer's relations
+// are deleted before the customer.
 func (g *Generator) Next() outbox.Event {
 	g.mu.Lock()
-	r := g.rng.IntN(100)
-	g.mu.Unlock()
-	switch {
-	case r < 20:
-		return g.Create()
-	case r < 92:
-		return g.Update()
-	default:
-		return g.Delete()
+	defer g.mu.Unlock()
+	if len(g.pending) > 0 {
+		return g.pop()
 	}
+	if g.ContactShare > 0 && g.rng.Float64() < g.ContactShare {
+		g.pending = g.nextContacts()
+		return g.pop()
+	}
+	r := g.rng.IntN(100)
+	switch {
+	case r < 20 || len(g.live) == 0:
+		return g.create()
+	case r < 92:
+		return g.update(g.live[g.rng.IntN(len(g.live))])
+	default:
+		c := g.live[g.rng.IntN(len(g.live))]
+		g.pending = append(g.deleteContactsOf(c.ID), g.deleteCustomer(c))
+		return g.pop()
+	}
+}
+
+// drain returns the events of Next's last step not returned yet.
+func (g *Generator) drain() []outbox.Event {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := g.pending
+	g.pending = nil
+	return out
+}
+
+func (g *Generator) pop() outbox.Event {
+	e := g.pending[0]
+	g.pending = g.pending[1:]
+	return e
 }
 
 // Live returns a copy of the live customers' current state.
@@ -206,6 +247,7 @@ func Steady(ctx context.Context, pool *pgxpool.Pool, w *outbox.Writer, g *Genera
 		for i := 0; i < batch; i++ {
 			evs = append(evs, g.Next())
 		}
+		evs = append(evs, g.drain()...) // the rest of a step: relations before their entity's delete
 		if burstEvery > 0 && time.Since(lastBurst) >= burstEvery {
 			evs = append(evs, g.Burst(burstSize)...)
 			lastBurst = time.Now()

@@ -24,6 +24,16 @@ type Workload struct {
 	// in a row (a bursty workload: coalescing folds them).
 	Burst int
 	Seed  uint64
+	// Persons and Contacts (the contacts example) are created after the
+	// customers, spread over the tenants like them: each contact relates a
+	// live person and a live customer of one tenant. ContactShare is the
+	// share of the later events that are a step of the contacts mix
+	// (persons created, updated — renames among them — and deleted,
+	// relations created, updated and deleted; Generator.Next). All 0: a
+	// stream of customers only.
+	Persons      int
+	Contacts     int
+	ContactShare float64
 }
 
 // Realistic is the benchmarks' realistic workload: 40,000 events over
@@ -32,6 +42,16 @@ type Workload struct {
 func Realistic() Workload {
 	return Workload{Events: 40000, Customers: 2000, Tenants: []string{"acme", "globex", "initech"},
 		Hot: 200, HotShare: 0.8, Deletes: 0.03, Seed: 1}
+}
+
+// RelationHeavy is the relations benchmark's workload: the realistic
+// workload's customers and tenants with 2,000 persons and 4,000 contact
+// relations created after them; of the 60,000 events, half of those after
+// the creates are person and relation events.
+func RelationHeavy() Workload {
+	w := Realistic()
+	w.Events, w.Persons, w.Contacts, w.ContactShare = 60000, 2000, 4000, 0.5
+	return w
 }
 
 // Make returns the events of w, in the order they are to be written.
@@ -75,12 +95,40 @@ func (w Workload) All() iter.Seq[outbox.Event] {
 				return
 			}
 		}
+		emitAll := func(evs []outbox.Event) bool {
+			for _, e := range evs {
+				if n == w.Events || !emit(e) {
+					return false
+				}
+			}
+			return true
+		}
+		for i := 0; i < w.Persons && n < w.Events; i++ {
+			if !emit(gens[i%len(gens)].createPerson()) {
+				return
+			}
+		}
+		for i := 0; i < w.Contacts && n < w.Events; i++ {
+			g := gens[i%len(gens)]
+			if len(g.live) == 0 || len(g.persons) == 0 {
+				continue
+			}
+			if !emit(g.createContact(g.live[rng.IntN(len(g.live))], g.persons[rng.IntN(len(g.persons))])) {
+				return
+			}
+		}
 		for n < w.Events {
+			if w.ContactShare > 0 && rng.Float64() < w.ContactShare {
+				if !emitAll(gens[rng.IntN(len(gens))].nextContacts()) {
+					return
+				}
+				continue
+			}
 			if rng.Float64() < w.Deletes && len(live) > 0 {
 				i := rng.IntN(len(live))
 				r := live[i]
 				live = slices.Delete(live, i, i+1)
-				if !emit(r.g.deleteCustomer(r.c)) {
+				if !emitAll(append(r.g.deleteContactsOf(r.c.ID), r.g.deleteCustomer(r.c))) {
 					return
 				}
 				if n < w.Events && !emit(create()) {
