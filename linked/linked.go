@@ -61,6 +61,9 @@ type Config struct {
 	// MaxFanOut bounds the documents one write of an entity brings a new
 	// copy of its fields to. Default 1000.
 	MaxFanOut int
+	// NoFanOut leaves the fan-out out (a reindex's replay: the live
+	// writes bring the copies to its target).
+	NoFanOut bool
 	// RequestTimeout bounds each _mget. Default 30s.
 	RequestTimeout time.Duration
 	// Logger. Default: discard.
@@ -154,6 +157,7 @@ func (w *Writer) Write(ctx context.Context, docs []*Doc) {
 			}
 		}
 	}
+	w.readOthers(ctx, docs, others)
 	lookup := func(index, id string) (int64, map[string]any) {
 		o := others[[2]string{index, id}]
 		if o == nil || !o.found {
@@ -163,8 +167,8 @@ func (w *Writer) Write(ctx context.Context, docs []*Doc) {
 		if err != nil {
 			return 0, nil
 		}
-		doc, v := f.EntityDoc()
-		return v, doc
+		_, v := f.EntityDoc()
+		return v, f.Shown()
 	}
 	todo := slices.Clone(docs)
 	var fan []*fanOut
@@ -220,8 +224,52 @@ func (w *Writer) Write(ctx context.Context, docs []*Doc) {
 			todo = again
 		}
 	}
-	if len(fan) > 0 {
+	if len(fan) > 0 && !w.cfg.NoFanOut {
 		w.fanOut(ctx, docs, fan)
+	}
+}
+
+// readOthers reads the other endpoints whose fields items copy and that
+// docs do not hold (their documents are not written in this call: a
+// reindex of one index), from their aliases.
+func (w *Writer) readOthers(ctx context.Context, docs []*Doc, others map[[2]string]*Doc) {
+	need := map[string][]*Doc{}
+	var indexes []string
+	for _, d := range docs {
+		if d.done {
+			continue
+		}
+		for _, s := range d.Steps {
+			l := s.Link
+			if l == nil || l.Kind != projections.LinkItem || len(l.Endpoint.OtherFields) == 0 {
+				continue
+			}
+			k := [2]string{l.OtherIndex, l.OtherID}
+			if others[k] != nil {
+				continue
+			}
+			o := &Doc{Index: l.OtherIndex, Target: l.OtherIndex, ID: l.OtherID, Rules: w.cfg.Rules(l.OtherIndex)}
+			others[k] = o
+			if need[l.OtherIndex] == nil {
+				indexes = append(indexes, l.OtherIndex)
+			}
+			need[l.OtherIndex] = append(need[l.OtherIndex], o)
+		}
+	}
+	for _, ix := range indexes {
+		w.read(ctx, need[ix])
+		for _, o := range need[ix] {
+			if o.done && !o.Outcome.Kind.Delivered() {
+				// Unreadable: the documents that copy its fields wait.
+				for _, d := range docs {
+					for _, s := range d.Steps {
+						if s.Link != nil && s.Link.OtherIndex == o.Index && s.Link.OtherID == o.ID && !d.done {
+							d.settle(o.Outcome)
+						}
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -346,11 +394,12 @@ func (w *Writer) fanOutOf(d *Doc) []*fanOut {
 	if len(refs) == 0 {
 		return nil
 	}
-	doc, v := f.EntityDoc()
+	doc, v := f.Shown(), int64(0)
+	_, v = f.EntityDoc()
 	var before map[string]any
 	if d.found {
 		if old, err := projections.NewLinkedFold(d.Rules, w.cfg.Projections.RelationFields(d.Index), d.doc, d.engineVersion, nil); err == nil {
-			before, _ = old.EntityDoc()
+			before = old.Shown()
 		}
 	}
 	var out []*fanOut

@@ -217,7 +217,7 @@ func (f *LinkedFold) cut(id int64) {
 func (f *LinkedFold) link(r *Result) Step {
 	l := r.Link
 	key := l.Field + "/" + l.Relation
-	if r.EventID < f.meta.D {
+	if sourceGuard && r.EventID < f.meta.D {
 		return Stale // a relation of an earlier life of the entity
 	}
 	table := &f.meta.R
@@ -226,7 +226,7 @@ func (f *LinkedFold) link(r *Result) Step {
 	}
 	e := (*table)[key]
 	full := r.Op == OpIndex && r.Snapshot && !r.Partial
-	if e != nil && (r.Version < e.V || (r.Version == e.V && !full)) {
+	if sourceGuard && e != nil && (r.Version < e.V || (r.Version == e.V && !full)) {
 		return Stale
 	}
 	if *table == nil {
@@ -461,4 +461,39 @@ func equalJSON(a, b map[string]any) bool {
 	x, err1 := Encode(a)
 	y, err2 := Encode(b)
 	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// SourceVersions is the sum of the versions of every source a linked
+// document holds (its entity's, each relation's, each copy of another
+// entity's fields): a new event of any of them raises it. The reindex's
+// completeness check compares it where the engine's version, which counts
+// one index's writes, says nothing.
+func SourceVersions(doc map[string]any) int64 {
+	m, err := decodeLinkMeta(doc[MetaKey])
+	if err != nil {
+		return -1
+	}
+	n := m.V
+	for _, e := range m.R {
+		n += e.V
+	}
+	for _, e := range m.B {
+		n += e.V
+	}
+	for _, c := range m.O {
+		n += c.V
+	}
+	return n
+}
+
+// Shown returns what other documents copy fields from: the entity's part
+// of the folded document while the entity exists, nil while it does not
+// (deleted, or not there yet). Every copy (an item's first, and the
+// fan-out of a change) is taken from it.
+func (f *LinkedFold) Shown() map[string]any {
+	if !f.Live() {
+		return nil
+	}
+	doc, _ := f.EntityDoc()
+	return doc
 }

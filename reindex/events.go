@@ -197,7 +197,7 @@ func (r *Reindexer) wants(res *projections.Result) bool {
 // not belong to the alias are dropped, poison is counted and logged. The
 // events are projected on every core; the steps keep the id order.
 func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*projections.Result) {
-	results := make([]*projections.Result, len(c.events))
+	results := make([][]*projections.Result, len(c.events))
 	workers := max(1, min(runtime.GOMAXPROCS(0), len(c.events)/200))
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -212,29 +212,30 @@ func (r *Reindexer) project(c *chunk) (order []string, steps map[string][]*proje
 				if r.seededNewer(e, c.versions[i]) {
 					continue
 				}
-				res, err := r.cfg.Projections.Project(e, []string{r.cfg.Def.Alias}, r.versionPath)
+				rs, err := r.cfg.Projections.ProjectAll(e, []string{r.cfg.Def.Alias}, r.versionPath)
 				if err != nil {
 					if n := r.poison.Add(1); n <= 10 {
 						r.log.Warn("reindex: event skipped, the projection rejects it", "event_id", e.ID, "reason", err.Error())
 					}
 					continue
 				}
-				if r.wants(res) {
-					results[i] = res
+				for _, res := range rs {
+					if r.wants(res) {
+						results[i] = append(results[i], res)
+					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	steps = map[string][]*projections.Result{}
-	for _, res := range results {
-		if res == nil {
-			continue
+	for _, rs := range results {
+		for _, res := range rs {
+			if _, ok := steps[res.ID]; !ok {
+				order = append(order, res.ID)
+			}
+			steps[res.ID] = append(steps[res.ID], res)
 		}
-		if _, ok := steps[res.ID]; !ok {
-			order = append(order, res.ID)
-		}
-		steps[res.ID] = append(steps[res.ID], res)
 	}
 	return order, steps
 }

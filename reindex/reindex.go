@@ -17,6 +17,7 @@ import (
 
 	"github.com/searchsync/searchsync/backfill"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/linked"
 	"github.com/searchsync/searchsync/mapping"
 	"github.com/searchsync/searchsync/projections"
 )
@@ -191,6 +192,9 @@ type Reindexer struct {
 	slow   time.Duration     // tests: a pause per replayed chunk
 	source string            // the live index (tombstones are read from it)
 	rules  projections.Rules // the definition's, for projections.Fold
+	// lw replays the documents of an alias that relations reach (nil for
+	// any other alias).
+	lw *linked.Writer
 	hooks  replayHooks       // tests: points of the replay to hold or stop it at
 }
 
@@ -236,6 +240,27 @@ func New(cfg Config) (*Reindexer, error) {
 	r.aggTypes = aggregateTypes(cfg.Projections, cfg.Def.Alias)
 	r.writers = cfg.Projections.Fingerprint(cfg.Def.Alias)
 	r.versionPathSQL, r.idIsAggregate = prefilter(cfg.Projections, cfg.Def)
+	if cfg.Projections.Linked(cfg.Def.Alias) {
+		// Relations reach the alias: its documents carry their sources'
+		// versions and are replayed through the linked writer, read,
+		// folded and written guarded, chunk after chunk. The engine's
+		// version of a seeded document says nothing about its events.
+		r.versionPathSQL, r.idIsAggregate = nil, false
+		if cfg.Def.Tenancy.Mode == mapping.TenancyPerTenant {
+			return nil, fmt.Errorf("reindex: relations reach %s, which needs tenancy mode shared", cfg.Def.Alias)
+		}
+		lw, err := linked.New(linked.Config{Engine: cfg.Engine, Writer: r.w.w, Projections: cfg.Projections, NoFanOut: true, Logger: r.log,
+			Rules: func(ix string) projections.Rules {
+				if ix == cfg.Def.Alias {
+					return r.rules
+				}
+				return projections.Rules{}
+			}})
+		if err != nil {
+			return nil, fmt.Errorf("reindex: %w", err)
+		}
+		r.lw = lw
+	}
 	return r, nil
 }
 
@@ -266,20 +291,28 @@ func prefilter(set *projections.Set, def *mapping.Def) ([]string, bool) {
 // index, or nil when one of them takes any type or uses a pattern.
 func aggregateTypes(set *projections.Set, index string) []string {
 	var out []string
-	for _, p := range set.Projections() {
-		if p.Index != index {
-			continue
+	add := func(types []string) bool {
+		if len(types) == 0 {
+			return false
 		}
-		if len(p.AggregateTypes) == 0 {
-			return nil
-		}
-		for _, a := range p.AggregateTypes {
+		for _, a := range types {
 			if strings.ContainsAny(a, `*?[\`) {
-				return nil
+				return false
 			}
 			if !slices.Contains(out, a) {
 				out = append(out, a)
 			}
+		}
+		return true
+	}
+	for _, p := range set.Projections() {
+		if p.Index == index && !add(p.AggregateTypes) {
+			return nil
+		}
+	}
+	for _, rel := range set.Relations() {
+		if (rel.Source.Index == index || rel.Target.Index == index) && !add(rel.AggregateTypes) {
+			return nil
 		}
 	}
 	if out == nil {

@@ -217,6 +217,19 @@ func (r *Reindexer) replayChunks(ctx context.Context, reads <-chan read, cache m
 		if r.slow > 0 {
 			_ = sleep(w.gctx, r.slow)
 		}
+		if r.lw != nil {
+			// Relations reach the alias: each chunk is written before the
+			// next is read, so that a document's steps keep their order.
+			if err := w.g.Wait(); err != nil {
+				return err
+			}
+			w.reset(ctx)
+			if err := r.writeLinked(w.gctx, rd.order, rd.steps); err != nil {
+				return err
+			}
+			w.write(rd.c, nil)
+			continue
+		}
 		// Documents seeded at a version no event of the chunk exceeds
 		// are complete already.
 		order := r.skipSeeded(rd.order, rd.steps, cache)

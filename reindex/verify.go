@@ -227,9 +227,12 @@ func (r *Reindexer) states(ctx context.Context, index string) (map[string]seenDo
 	if len(r.cfg.GroupBy) > 0 {
 		fields = r.cfg.GroupBy
 	}
+	if r.lw != nil {
+		fields = append(slices.Clone(fields), projections.MetaKey)
+	}
 	err := r.adm.Scroll(ctx, index, r.cfg.Def.SearchFilter(), 5000, fields, func(_ int64, hits []indexer.ScrollHit) error {
 		for _, h := range hits {
-			out[h.ID] = seenDoc{version: h.Version, group: r.group(h.Source)}
+			out[h.ID] = seenDoc{version: r.version(h.Version, h.Source), group: r.group(h.Source)}
 		}
 		return nil
 	})
@@ -247,7 +250,23 @@ func (r *Reindexer) reread(states map[string]seenDoc, id string, got map[string]
 		delete(states, id)
 		return
 	}
-	states[id] = seenDoc{version: d.Version, group: r.group(d.Source)}
+	states[id] = seenDoc{version: r.version(d.Version, d.Source), group: r.group(d.Source)}
+}
+
+// version is the version of a document the check compares: the engine's,
+// or in an alias that relations reach (whose engine version counts the
+// writes of one index) the sum of the versions of every source kept in the
+// document (projections.SourceVersions): any new event of the entity or of
+// a relation raises it.
+func (r *Reindexer) version(engine int64, src json.RawMessage) int64 {
+	if r.lw == nil {
+		return engine
+	}
+	m, err := projections.Decode(src)
+	if err != nil {
+		return -1
+	}
+	return projections.SourceVersions(m)
 }
 
 // group is the key of a source's group: the values of the GroupBy fields
@@ -329,6 +348,7 @@ func (r *Reindexer) verifySample(ctx context.Context, rep *Report, ids []string)
 		for _, id := range sample {
 			od, oOK := o[id]
 			nd, nOK := n[id]
+			od.Version, nd.Version = r.version(od.Version, od.Source), r.version(nd.Version, nd.Source)
 			if !oOK || !nOK || od.Version != nd.Version {
 				if oOK != nOK || (oOK && od.Version != nd.Version) {
 					still = append(still, id) // a live write in between: look again

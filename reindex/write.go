@@ -12,6 +12,8 @@ import (
 
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/indexer"
+	"github.com/searchsync/searchsync/linked"
+	"github.com/searchsync/searchsync/projections"
 )
 
 // maxWriteRounds bounds how often ops answered Retry (a 5xx of the item
@@ -158,4 +160,55 @@ func (w *writer) probe(ctx context.Context, index string) string {
 		return "the engine refuses writes: " + strings.Join(s, "; ")
 	}
 	return ""
+}
+
+// writeLinked replays the steps of a chunk onto the documents of an alias
+// that relations reach, through the linked writer (read, fold with the
+// sources' versions, guarded write); what each outcome means is as for
+// bulk: Poison fails the reindex, Unavailable waits for the engine, Retry
+// (a document other writers kept changing, a 5xx) is tried again up to
+// maxWriteRounds rounds.
+func (r *Reindexer) writeLinked(ctx context.Context, order []string, steps map[string][]*projections.Result) error {
+	docs := make([]*linked.Doc, 0, len(order))
+	for _, id := range order {
+		docs = append(docs, &linked.Doc{Index: r.cfg.Def.Alias, Target: r.target, ID: id, Rules: r.rules, Steps: steps[id]})
+	}
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(500*time.Millisecond), backoff.WithMaxInterval(r.w.maxWait), backoff.WithMaxElapsedTime(0))
+	for round := 1; len(docs) > 0; round++ {
+		r.lw.Write(ctx, docs)
+		var again []*linked.Doc
+		var unavailable, retry string
+		for _, d := range docs {
+			switch d.Outcome.Kind {
+			case delivery.OK, delivery.Stale:
+				if d.Written {
+					r.w.written.Add(1)
+				}
+			case delivery.Poison:
+				return fmt.Errorf("reindex: the engine rejected a write: %s", d.Outcome.Reason)
+			case delivery.Retry:
+				retry = d.Outcome.Reason
+				again = append(again, d)
+			case delivery.Unavailable:
+				unavailable = d.Outcome.Reason
+				again = append(again, d)
+			default:
+				if err := context.Cause(ctx); err != nil {
+					return err
+				}
+				again = append(again, d)
+			}
+		}
+		docs = again
+		switch {
+		case len(docs) == 0:
+		case unavailable != "":
+			if err := r.w.wait(ctx, b, r.target, unavailable); err != nil {
+				return err
+			}
+		case retry != "" && round >= maxWriteRounds:
+			return fmt.Errorf("reindex: %d documents still failing after %d rounds: %s", len(docs), round, retry)
+		}
+	}
+	return nil
 }
