@@ -53,7 +53,7 @@ indexes:
 	want := []string{
 		"searchsync: " + cfg + `:4: relay.batch_sise: unknown field "batch_sise" (did you mean "batch_size"?)`,
 		cfg + `:5: relay.poll_interval: "5" is not a duration: write one with its unit, such as 500ms, 10s or 5m`,
-		cfg + `:10: consumers[0].search.indexes[0]: names unknown index "customer" (did you mean "customers"?): the index definitions are customers`,
+		cfg + `:10: consumers[0].search.indexes[0]: names unknown index "customer" (did you mean "customers"?): the index definitions are customers, persons`,
 		cfg + `:12: routes[0].consumer: names unknown consumer "serch" (did you mean "search"?)`,
 		filepath.Join(dir, "defs/orders.yaml") + `:2: unknown field "mapings"`,
 		filepath.Join(dir, "projections/orders.yaml") + `:4: unknown field "indx"`,
