@@ -121,6 +121,12 @@ type Doc struct {
 	Rules        projections.Rules
 	// Steps are folded in order.
 	Steps []*projections.Result
+	// Fallback, for a write to a reindex's target, is the same document's
+	// write to the live alias (in the same Write): where the target does
+	// not hold the document yet, the steps are folded onto the live
+	// document as read, as the non-linked dual writes do, so that the
+	// target never holds a document built from the new steps alone.
+	Fallback *Doc
 
 	// Outcome is the write's (OK also when nothing changed); Stale marks
 	// the steps that changed nothing because their source had already
@@ -149,6 +155,7 @@ func (w *Writer) Write(ctx context.Context, docs []*Doc) {
 		d.Outcome, d.done, d.attempt = delivery.Outcome{}, false, 0
 	}
 	w.read(ctx, docs)
+	fallBack(docs)
 	others := map[[2]string]*Doc{}
 	for _, d := range docs {
 		if !d.done && (d.RequireAlias || d.Target == d.Index) {
@@ -221,6 +228,7 @@ func (w *Writer) Write(ctx context.Context, docs []*Doc) {
 		}
 		if len(again) > 0 {
 			w.read(ctx, again)
+			fallBack(again)
 			todo = again
 		}
 	}
@@ -316,6 +324,15 @@ func (w *Writer) read(ctx context.Context, docs []*Doc) {
 				continue
 			}
 			d.source, d.doc, d.seqNo, d.term, d.engineVersion = g.Source, m, g.SeqNo, g.PrimaryTerm, g.Version
+		}
+	}
+}
+
+// fallBack gives the documents a target lacks their Fallback's state.
+func fallBack(docs []*Doc) {
+	for _, d := range docs {
+		if f := d.Fallback; f != nil && !d.done && !d.found && f.found {
+			d.doc, d.source, d.engineVersion = f.doc, f.source, f.engineVersion
 		}
 	}
 }
@@ -448,8 +465,12 @@ func (w *Writer) fanOut(ctx context.Context, docs []*Doc, fan []*fanOut) {
 			}
 			targets = append(targets, extra...)
 		}
+		var live *Doc
 		for i, t := range targets {
-			d := &Doc{Index: fo.to.Index, Target: t, RequireAlias: i == 0, ID: fo.to.ID, Rules: w.cfg.Rules(fo.to.Index), Steps: []*projections.Result{res}}
+			d := &Doc{Index: fo.to.Index, Target: t, RequireAlias: i == 0, ID: fo.to.ID, Rules: w.cfg.Rules(fo.to.Index), Steps: []*projections.Result{res}, Fallback: live}
+			if i == 0 {
+				live = d
+			}
 			out = append(out, d)
 			source[d] = fo.from
 		}

@@ -126,3 +126,16 @@ func (s *Set) Endpoint(index, field string) *Endpoint {
 	}
 	return nil
 }
+
+// OtherIndex returns the index of the other endpoint of the relations that
+// index's documents list in field ("" when none does).
+func (s *Set) OtherIndex(index, field string) string {
+	for _, r := range s.Relations() {
+		for _, pair := range r.endpoints() {
+			if pair[0].Index == index && pair[0].Field == field {
+				return pair[1].Index
+			}
+		}
+	}
+	return ""
+}

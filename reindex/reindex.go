@@ -194,8 +194,8 @@ type Reindexer struct {
 	rules  projections.Rules // the definition's, for projections.Fold
 	// lw replays the documents of an alias that relations reach (nil for
 	// any other alias).
-	lw *linked.Writer
-	hooks  replayHooks       // tests: points of the replay to hold or stop it at
+	lw    *linked.Writer
+	hooks replayHooks // tests: points of the replay to hold or stop it at
 }
 
 // replayHooks are called, when set, by the seed and the replay (tests

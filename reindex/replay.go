@@ -141,8 +141,14 @@ func (r *Reindexer) replay(ctx context.Context) error {
 	rt.n = docs.Load()
 	for pass := 0; pass < maxPasses; pass++ {
 		done, err := r.replayPass(ctx, pass, cache, &docs, &rt)
-		if err != nil || done {
+		if err != nil {
 			return err
+		}
+		if done {
+			if r.lw != nil {
+				return r.refreshCopies(ctx)
+			}
+			return nil
 		}
 	}
 	return nil

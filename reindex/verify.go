@@ -323,6 +323,11 @@ func groupCounts(oldS, newS map[string]seenDoc) []GroupCount {
 func (r *Reindexer) verifySample(ctx context.Context, rep *Report, ids []string) error {
 	source, target := rep.Source, rep.Target
 	rep.Ignored = append(slices.Clone(r.cfg.IgnoreFields), r.changedFields(ctx, source)...)
+	if r.lw != nil {
+		// The versions kept for each source are compared as their sum
+		// (version); what searches see is compared here.
+		rep.Ignored = append(rep.Ignored, projections.MetaKey)
+	}
 	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	sample := ids[:min(len(ids), r.cfg.SampleSize)]
 	for attempt := 0; len(sample) > 0 && attempt < 5; attempt++ {

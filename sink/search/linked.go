@@ -76,11 +76,12 @@ func (c *Consumer) writeLinked(ctx context.Context, b *linkedBatch, out []delive
 			extra = x
 		}
 		rules := ld.def.FoldRules()
-		docs = append(docs, &linked.Doc{Index: ld.index, Target: ld.alias, RequireAlias: true, ID: ld.id, Rules: rules, Steps: ld.steps})
+		live := &linked.Doc{Index: ld.index, Target: ld.alias, RequireAlias: true, ID: ld.id, Rules: rules, Steps: ld.steps}
+		docs = append(docs, live)
 		owner = append(owner, ld)
 		dual = append(dual, false)
 		for _, x := range extra {
-			docs = append(docs, &linked.Doc{Index: ld.index, Target: x, ID: ld.id, Rules: rules, Steps: ld.steps})
+			docs = append(docs, &linked.Doc{Index: ld.index, Target: x, ID: ld.id, Rules: rules, Steps: ld.steps, Fallback: live})
 			owner = append(owner, ld)
 			dual = append(dual, true)
 		}
