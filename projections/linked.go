@@ -323,7 +323,9 @@ func (f *LinkedFold) LiveBackrefs(keys ...string) []Backref {
 			out = append(out, b)
 		}
 	}
-	slices.SortFunc(out, func(a, b Backref) int { return strings.Compare(a.Index+"/"+a.ID+"/"+a.Field, b.Index+"/"+b.ID+"/"+b.Field) })
+	slices.SortFunc(out, func(a, b Backref) int {
+		return strings.Compare(a.Index+"/"+a.ID+"/"+a.Field, b.Index+"/"+b.ID+"/"+b.Field)
+	})
 	return out
 }
 
@@ -464,8 +466,10 @@ func equalJSON(a, b map[string]any) bool {
 }
 
 // SourceVersions is the sum of the versions of every source a linked
-// document holds (its entity's, each relation's, each copy of another
-// entity's fields): a new event of any of them raises it. The reindex's
+// document holds (its entity's, each relation's): a new event of any of
+// them raises it. The copies of other entities' fields are left out: they
+// are derived, and their version is that of the copy's last change, which
+// two indexes may have learnt by different ways. The reindex's
 // completeness check compares it where the engine's version, which counts
 // one index's writes, says nothing.
 func SourceVersions(doc map[string]any) int64 {
@@ -480,9 +484,6 @@ func SourceVersions(doc map[string]any) int64 {
 	for _, e := range m.B {
 		n += e.V
 	}
-	for _, c := range m.O {
-		n += c.V
-	}
 	return n
 }
 
@@ -496,4 +497,19 @@ func (f *LinkedFold) Shown() map[string]any {
 	}
 	doc, _ := f.EntityDoc()
 	return doc
+}
+
+// Copies returns the copies of other entities' fields a linked document
+// holds: by field, the ids of the other entities.
+func Copies(doc map[string]any) map[string][]string {
+	m, err := decodeLinkMeta(doc[MetaKey])
+	if err != nil {
+		return nil
+	}
+	out := map[string][]string{}
+	for k := range m.O {
+		field, id, _ := strings.Cut(k, "/")
+		out[field] = append(out[field], id)
+	}
+	return out
 }
