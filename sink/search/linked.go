@@ -102,6 +102,10 @@ func (c *Consumer) writeLinked(ctx context.Context, b *linkedBatch, out []delive
 				continue
 			}
 		}
+		if o.Kind == delivery.Poison && !dual[j] && len(ld.steps) > 1 {
+			c.blamePoison(ctx, d, ld, give)
+			continue
+		}
 		first := true
 		for i, ev := range ld.evs {
 			switch {
@@ -114,6 +118,34 @@ func (c *Consumer) writeLinked(ctx context.Context, b *linkedBatch, out []delive
 				give(ev, delivery.Outcome{}) // after the failing one: not attempted
 			}
 		}
+	}
+}
+
+// blamePoison finds the step of a linked document whose write the engine
+// rejects for good: the steps are written again one more at a time (each
+// write folds them all; the ones written before change nothing), so that
+// the events before it are delivered, it gets the engine's reason, and the
+// later ones are not attempted.
+func (c *Consumer) blamePoison(ctx context.Context, d *linked.Doc, ld *linkedDoc, give func(int, delivery.Outcome)) {
+	for k := 1; k <= len(ld.steps); k++ {
+		nd := &linked.Doc{Index: d.Index, Target: d.Target, RequireAlias: d.RequireAlias, ID: d.ID, Rules: d.Rules, Steps: ld.steps[:k]}
+		c.linkedW.Write(ctx, []*linked.Doc{nd})
+		if !nd.Outcome.Kind.Delivered() {
+			for i, ev := range ld.evs {
+				switch {
+				case i < k-1:
+					give(ev, delivery.Ok())
+				case i == k-1:
+					give(ev, nd.Outcome)
+				default:
+					give(ev, delivery.Outcome{})
+				}
+			}
+			return
+		}
+	}
+	for _, ev := range ld.evs { // each step alone was taken
+		give(ev, delivery.Ok())
 	}
 }
 

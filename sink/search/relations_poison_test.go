@@ -1,0 +1,36 @@
+package search_test
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/searchsync/searchsync/delivery"
+	"github.com/searchsync/searchsync/examples/contacts"
+	"github.com/searchsync/searchsync/examples/customer"
+)
+
+// A document that relations reach, written from several events of a
+// batch, which the engine rejects: the event that made it unacceptable
+// fails with the engine's reason, the ones before it are delivered (the
+// relation's items are there), the later ones are not attempted.
+func TestRelationDocumentRejectedBlamesItsEvent(t *testing.T) {
+	w := setupRelations(t)
+	cust, pers, rel := uuid.New(), uuid.New(), uuid.New()
+	w.deliver(w.produce(customer.Created(ch(cust, 1, map[string]any{"display_name": "ACME"})),
+		contacts.PersonEvent("created", contacts.Person{ID: pers, Version: 1, After: map[string]any{"display_name": "Ada"}})), delivery.OK, delivery.OK)
+	evs := w.produce(
+		contacts.ContactEvent("created", contacts.Contact{ID: rel, Customer: cust, Person: pers, Version: 1, After: map[string]any{"role": "billing"}}),
+		customer.Updated(ch(cust, 2, map[string]any{"credit_limit": "not a number"})),
+		customer.Updated(ch(cust, 3, map[string]any{"status": "active"})),
+	)
+	out := w.cons.Deliver(w.ctx, evs)
+	if out[0].Kind != delivery.OK || out[1].Kind != delivery.Poison || out[2].Kind != delivery.NotAttempted {
+		t.Fatalf("outcomes: %v", out)
+	}
+	t.Logf("the rejected event: %s", out[1].Reason)
+	c, _ := w.get(w.alias, cust)
+	if its := items(c, "contacts"); len(its) != 1 || its[0]["name"] != "Ada" || c["credit_limit"] != nil {
+		t.Fatalf("customer after the rejected event: %v", c)
+	}
+}
