@@ -143,6 +143,12 @@ func (c *Config) validate() error {
 		return errors.New("reindex: ChunkSize, BulkSize and Concurrency must be positive")
 	case c.Def.Tenancy.Mode == mapping.TenancyPerTenant && c.Tenant == "":
 		return fmt.Errorf("reindex: %s is per_tenant: name the tenant (searchsync reindex %s_<tenant>)", c.Def.Alias, c.Def.Alias)
+	case c.SeedSource != nil && c.Projections.Linked(c.Def.Alias):
+		// One source holds the entities, not their relations, whose
+		// events compaction may have removed: the new index would lack
+		// them.
+		return fmt.Errorf("reindex: relations reach %s: seed it from the live index (without --seed), which holds the relations; "+
+			"to bring in what the platform's tables hold, run `searchsync backfill` for its entity and relation sources (their snapshots complete the live documents in place)", c.Def.Alias)
 	}
 	return nil
 }
