@@ -73,12 +73,25 @@ type relEntity struct {
 	id      uuid.UUID
 	version int64
 	alive   bool
+	state   map[string]any // the fields of `after`, merged
 }
 
 type relLink struct {
 	id, cust, pers uuid.UUID
 	version        int64
 	alive          bool
+	state          map[string]any
+}
+
+// merge applies a change's after onto a state (created: replaces it).
+func merge(state map[string]any, verb string, after map[string]any) map[string]any {
+	if verb == "created" || state == nil {
+		state = map[string]any{}
+	}
+	for k, v := range after {
+		state[k] = v
+	}
+	return state
 }
 
 func (w *relWorkload) tx() []outbox.Event {
@@ -97,6 +110,7 @@ func (w *relWorkload) tx() []outbox.Event {
 				after = map[string]any{"display_name": fmt.Sprintf("Customer %d", w.rng.IntN(1000))}
 			}
 			c.alive = true
+			c.state = merge(c.state, verb, after)
 			return []outbox.Event{customer.Event(verb, customer.Change{ID: c.id, Version: c.version, After: after})}
 		}
 		c.alive = false
@@ -114,6 +128,7 @@ func (w *relWorkload) tx() []outbox.Event {
 				after = map[string]any{"phone": fmt.Sprintf("+49 %d", w.rng.IntN(100000))}
 			}
 			p.alive = true
+			p.state = merge(p.state, verb, after)
 			return []outbox.Event{contacts.PersonEvent(verb, contacts.Person{ID: p.id, Version: p.version, After: after})}
 		}
 		p.alive = false
@@ -124,7 +139,7 @@ func (w *relWorkload) tx() []outbox.Event {
 		if !c.alive || !p.alive {
 			return nil
 		}
-		l := &relLink{id: uuid.New(), cust: c.id, pers: p.id, version: 1, alive: true}
+		l := &relLink{id: uuid.New(), cust: c.id, pers: p.id, version: 1, alive: true, state: map[string]any{"role": "sales", "primary": false}}
 		w.relations = append(w.relations, l)
 		return []outbox.Event{contacts.ContactEvent("created", contacts.Contact{ID: l.id, Customer: l.cust, Person: l.pers, Version: 1,
 			After: map[string]any{"role": "sales", "primary": false}})}
@@ -138,8 +153,9 @@ func (w *relWorkload) tx() []outbox.Event {
 			l.alive = false
 			return []outbox.Event{contacts.ContactEvent("deleted", contacts.Contact{ID: l.id, Customer: l.cust, Person: l.pers, Version: l.version})}
 		}
-		return []outbox.Event{contacts.ContactEvent("updated", contacts.Contact{ID: l.id, Customer: l.cust, Person: l.pers, Version: l.version,
-			After: map[string]any{"role": []string{"billing", "sales", "support"}[w.rng.IntN(3)]}})}
+		after := map[string]any{"role": []string{"billing", "sales", "support"}[w.rng.IntN(3)]}
+		l.state = merge(l.state, "updated", after)
+		return []outbox.Event{contacts.ContactEvent("updated", contacts.Contact{ID: l.id, Customer: l.cust, Person: l.pers, Version: l.version, After: after})}
 	}
 }
 
