@@ -24,10 +24,11 @@ type rule struct {
 }
 
 // lower are the packages everything else is built on: the outbox's data
-// model and the events → documents projection, the engine layer, and the
-// shape of the background services (internal/background).
+// model and the events → documents projection, the engine layer (with the
+// write path of the documents relations reach, linked), and the shape of
+// the background services (internal/background).
 var lower = []string{
-	"outbox", "delivery", "routing", "migrations", "projections", "indexer", "mapping",
+	"outbox", "delivery", "routing", "migrations", "projections", "indexer", "mapping", "linked",
 	"internal/secret", "internal/tlsconf", "internal/logging", "internal/background",
 }
 
