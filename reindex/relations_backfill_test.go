@@ -175,4 +175,3 @@ func (b *bundle) deliverEvery(c *search.Consumer) int {
 	}
 	return len(evs)
 }
-
