@@ -35,6 +35,12 @@ type Status struct {
 	// without it).
 	Adopted    bool
 	AdoptError string
+	// Unlinked is set when relations reach the index (Def.Linked) but the
+	// live index was created without the mapping of their per-source
+	// versions (projections.MetaKey unindexed): writing them would map
+	// every relation's id as a field. A reindex brings the mapping; until
+	// then the search consumer refuses to start. Set with Drift.
+	Unlinked bool
 	// Drift is set when the live index does not match the definition or
 	// the projections.
 	Drift bool
@@ -107,7 +113,28 @@ func Check(ctx context.Context, eng indexer.Engine, def *Def) (*Status, error) {
 		st.Reason = fmt.Sprintf("definition %s has hash %s, live index %s has %s", def.Source, short(st.Hash), st.Index, short(st.LiveHash))
 	}
 	checkWriters(st, def, info.Mappings)
+	if def.Linked() && !linkedMapping(info.Mappings) {
+		st.Unlinked, st.Drift = true, true
+		st.Reason = strings.Join(append(nonEmpty(st.Reason), fmt.Sprintf(
+			"relations reach %s, but index %s was created before they did (no unindexed %s mapping): run `searchsync reindex %s` before relation events are written",
+			def.Alias, st.Index, projections.MetaKey, def.Alias)), "; ")
+	}
 	return st, nil
+}
+
+// linkedMapping reports whether an index's mappings hold the unindexed
+// object of a linked document's per-source versions.
+func linkedMapping(mappings json.RawMessage) bool {
+	var m struct {
+		Properties map[string]struct {
+			Enabled *bool `json:"enabled"`
+		} `json:"properties"`
+	}
+	if json.Unmarshal(mappings, &m) != nil {
+		return false
+	}
+	p, ok := m.Properties[projections.MetaKey]
+	return ok && p.Enabled != nil && !*p.Enabled
 }
 
 // checkWriters compares the projections fingerprint of def with the one in

@@ -251,6 +251,9 @@ func (c *Consumer) EnsureIndexes(ctx context.Context) ([]*mapping.Status, error)
 		if err != nil {
 			return out, err
 		}
+		if st.Unlinked {
+			return out, fmt.Errorf("search consumer %s: %s", c.cfg.Name, st.Reason)
+		}
 		c.logStatus(st)
 		c.seen(st.Alias, st.Index)
 		out = append(out, st)

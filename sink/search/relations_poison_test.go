@@ -1,6 +1,8 @@
 package search_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -8,6 +10,10 @@ import (
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/examples/contacts"
 	"github.com/searchsync/searchsync/examples/customer"
+	"github.com/searchsync/searchsync/internal/testenv"
+	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/projections"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // A document that relations reach, written from several events of a
@@ -33,4 +39,43 @@ func TestRelationDocumentRejectedBlamesItsEvent(t *testing.T) {
 	if its := items(c, "contacts"); len(its) != 1 || its[0]["name"] != "Ada" || c["credit_limit"] != nil {
 		t.Fatalf("customer after the rejected event: %v", c)
 	}
+}
+
+// An index created before a relation reached it lacks the unindexed
+// mapping of the per-source versions: the consumer refuses to start (each
+// relation's id would become a mapped field) and names the reindex.
+func TestRelationsRefuseAnIndexCreatedWithoutThem(t *testing.T) {
+	b := setup(t) // customers created by the customer projection alone
+	defs, err := mapping.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdef := *defs["persons"]
+	pdef.Alias = testenv.Name("pers")
+	t.Cleanup(func() { _ = b.eng.DeleteIndex(context.Background(), mapping.PhysicalName(pdef.Alias, 1)) })
+	f, err := projections.ParseFile("projections.yaml", contacts.ProjectionFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.Projections {
+		f.Projections[i].Index = pdef.Alias
+	}
+	for i := range f.Relations {
+		f.Relations[i].Source.Index, f.Relations[i].Target.Index = b.alias, pdef.Alias
+	}
+	if err := b.set.Add(f.Projections...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.set.AddRelations(f.Relations...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := search.New(search.Config{Engine: b.eng, Projections: b.set, Defs: mapping.Defs{b.alias: b.def, pdef.Alias: &pdef}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.EnsureIndexes(b.ctx)
+	if err == nil || !strings.Contains(err.Error(), "searchsync reindex "+b.alias) {
+		t.Fatalf("EnsureIndexes: %v", err)
+	}
+	t.Log(err)
 }
