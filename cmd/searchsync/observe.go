@@ -18,6 +18,7 @@ import (
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/metrics"
+	"github.com/searchsync/searchsync/linked"
 	"github.com/searchsync/searchsync/lag"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/projections/dryrun"
@@ -59,6 +60,20 @@ func (o *observer) newSearchable(eng indexer.Engine, consumer string, logger *sl
 	}
 	o.searchables = append(o.searchables, s)
 	return s, nil
+}
+
+// registerLinked exports the consumer's counters of the documents
+// relations reach.
+func (o *observer) registerLinked(consumer string, c *search.Consumer) {
+	if o == nil || o.reg == nil {
+		return
+	}
+	st := func(f func(linked.Stats) int64) func() uint64 { return func() uint64 { return uint64(f(c.LinkedStats())) } }
+	metrics.RegisterLinked(o.reg, consumer, metrics.Linked{
+		Conflicts:     st(func(s linked.Stats) int64 { return s.Conflicts }),
+		FanOut:        st(func(s linked.Stats) int64 { return s.FanOut }),
+		FanOutSkipped: st(func(s linked.Stats) int64 { return s.FanOutSkip }),
+	})
 }
 
 func newObserver(cfg *config.Config, pool *pgxpool.Pool, logger *slog.Logger) *observer {

@@ -271,6 +271,9 @@ func newSearchConsumer(ctx context.Context, cfg *config.Config, cc config.Consum
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(500*time.Millisecond), backoff.WithMaxInterval(15*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		c, err := searchFromConfig(ctx, cfg, cc, o)
+		if err == nil {
+			obs.registerLinked(cc.Name, c)
+		}
 		if err == nil || !indexer.IsTemporary(err) {
 			return c, err
 		}

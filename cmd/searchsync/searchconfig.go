@@ -104,7 +104,7 @@ func searchFromConfig(ctx context.Context, cfg *config.Config, cc config.Consume
 	}
 	o.Writer.Logger = logger
 	c, err := search.New(search.Config{Name: cc.Name, Engine: o.Engine, Writer: indexer.NewWriter(o.Engine, o.Writer),
-		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, StateCache: cc.Search.StateCache,
+		Projections: set, Defs: defs, Indexes: cc.Search.Indexes, StateCache: cc.Search.StateCache, MaxFanOut: cc.Search.MaxFanOut,
 		DualWrites: o.DualWrites, Searchable: o.Searchable, Logger: logger})
 	if err != nil {
 		return nil, err

@@ -282,6 +282,11 @@ type Search struct {
 	// keeps, so that a partial event continuing a document's version needs
 	// no _mget. 0: the default (10,000); -1: no cache.
 	StateCache int `yaml:"state_cache"`
+	// MaxFanOut bounds the documents one change of an entity brings a new
+	// copy of its fields to (relations' other_fields); the rest keep the
+	// older copy until a reindex, counted in
+	// searchsync_relation_fanout_skipped_total. 0: the default (1,000).
+	MaxFanOut int `yaml:"max_fan_out"`
 }
 
 // File is where the configuration was read from.
@@ -526,6 +531,9 @@ func (c *Config) validateConsumers(v *validator) map[string]bool {
 		case "search":
 			if cons.Search == nil || len(cons.Search.Indexes) == 0 {
 				v.add(key+".search.indexes", "names at least one index")
+			}
+			if cons.Search != nil && cons.Search.MaxFanOut < 0 {
+				v.add(key+".search.max_fan_out", fmt.Sprintf("%d is negative (0 is the default, 1000)", cons.Search.MaxFanOut))
 			}
 		case "":
 			v.add(key+".type", "is required (webhook, nats or search)")

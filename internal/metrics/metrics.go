@@ -158,6 +158,34 @@ func RegisterRelay(reg prometheus.Registerer, instanceID string, r Relay) {
 	)
 }
 
+// Linked is what the metrics read of a search consumer's writes of the
+// documents relations reach (linked.Stats), at every scrape.
+type Linked struct {
+	Conflicts, FanOut, FanOutSkipped func() uint64
+}
+
+// RegisterLinked exports a search consumer's counters of the documents
+// relations reach: guarded writes that met another writer's change, and the
+// documents a change of an entity's copied fields was brought to, or left
+// out beyond max_fan_out (docs/relations.md, "Propagation").
+func RegisterLinked(reg prometheus.Registerer, consumer string, l Linked) {
+	labels := prometheus.Labels{"consumer": consumer}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "searchsync_relation_write_conflicts_total", ConstLabels: labels,
+			Help: "Writes of documents relations reach that another writer's change came before: read, folded and written again.",
+		}, func() float64 { return float64(l.Conflicts()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "searchsync_relation_fanout_documents_total", ConstLabels: labels,
+			Help: "Documents brought a new copy of a related entity's fields (relations' other_fields).",
+		}, func() float64 { return float64(l.FanOut()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "searchsync_relation_fanout_skipped_total", ConstLabels: labels,
+			Help: "Documents left with an older copy of a related entity's fields because one change reached more than max_fan_out of them; a reindex brings them up to date.",
+		}, func() float64 { return float64(l.FanOutSkipped()) }),
+	)
+}
+
 // Instrument wraps a consumer so that its outcomes, call durations and the
 // commit → delivered latency of what it delivered are recorded. indexes are
 // the search indexes the consumer writes (empty for other consumers).
