@@ -672,12 +672,12 @@ type propLate struct {
 }
 
 type propStats struct {
-	batches, events, late, lateEvents, lost, rewinds, reassigned, notDelivered int
+	batches, events, late, lateEvents, mixed, lost, rewinds, reassigned, notDelivered int
 }
 
 func (s propStats) String() string {
-	return fmt.Sprintf("%d batches of %d events, %d late batches (%d events) of lost shards, %d in-flight batches of lost shards, %d rewinds, %d reassignments, %d outcomes not delivered",
-		s.batches, s.events, s.late, s.lateEvents, s.lost, s.rewinds, s.reassigned, s.notDelivered)
+	return fmt.Sprintf("%d batches of %d events, %d late batches (%d events) of lost shards and %d more ahead of fresh events, %d in-flight batches of lost shards, %d rewinds, %d reassignments, %d outcomes not delivered",
+		s.batches, s.events, s.late, s.lateEvents, s.mixed, s.lost, s.rewinds, s.reassigned, s.notDelivered)
 }
 
 type propSched struct {
@@ -793,11 +793,18 @@ func (s *propSched) work(ctx context.Context, wi int, c *search.Consumer) {
 // take picks the worker's next batch: a late batch that is due, or events
 // of the shards it owns.
 func (s *propSched) take(wi int) ([]*outbox.Event, []*propPart, bool) {
+	// A late batch that is due comes alone or ahead of fresh events of
+	// other aggregates in the same batch.
+	var prefix *propLate
 	for i, l := range s.late[wi] {
 		l.after--
 		if l.after <= 0 {
 			s.late[wi] = slices.Delete(s.late[wi], i, i+1)
-			return l.evs, nil, true
+			if s.rng.IntN(2) == 0 {
+				return l.evs, nil, true
+			}
+			prefix = l
+			break
 		}
 	}
 	var mine []int
@@ -815,6 +822,9 @@ func (s *propSched) take(wi int) ([]*outbox.Event, []*propPart, bool) {
 			}
 		}
 		if len(free) == 0 {
+			if prefix != nil {
+				return prefix.evs, nil, true
+			}
 			if len(s.late[wi]) > 0 {
 				l := s.late[wi][0]
 				s.late[wi] = s.late[wi][1:]
@@ -853,6 +863,27 @@ func (s *propSched) take(wi int) ([]*outbox.Event, []*propPart, bool) {
 		}
 		if sh.committed+next[i] >= len(sh.evs) {
 			mine = slices.Delete(mine, k, k+1)
+		}
+	}
+	if prefix != nil {
+		aggs := map[uuid.UUID]bool{}
+		for _, e := range prefix.evs {
+			aggs[*e.AggregateID] = true
+		}
+		if slices.ContainsFunc(batch, func(e *outbox.Event) bool { return aggs[*e.AggregateID] }) {
+			// Never two events of one aggregate out of order in a batch:
+			// the late one comes next time.
+			prefix.after = 1
+			s.late[wi] = append(s.late[wi], prefix)
+		} else {
+			n := len(prefix.evs)
+			for _, p := range parts {
+				for j := range p.at {
+					p.at[j] += n
+				}
+			}
+			batch = append(slices.Clone(prefix.evs), batch...)
+			s.stats.mixed++
 		}
 	}
 	var ps []*propPart
