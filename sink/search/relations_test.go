@@ -27,7 +27,7 @@ type relWorld struct {
 	defs    mapping.Defs
 }
 
-func setupRelations(t *testing.T, opts ...option) *relWorld {
+func setupRelations(t testing.TB, opts ...option) *relWorld {
 	t.Helper()
 	b := setup(t, opts...)
 	defs, err := mapping.Load("")
