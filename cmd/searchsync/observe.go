@@ -18,8 +18,8 @@ import (
 	"github.com/searchsync/searchsync/indexer"
 	"github.com/searchsync/searchsync/internal/config"
 	"github.com/searchsync/searchsync/internal/metrics"
-	"github.com/searchsync/searchsync/linked"
 	"github.com/searchsync/searchsync/lag"
+	"github.com/searchsync/searchsync/linked"
 	"github.com/searchsync/searchsync/outbox/outboxadmin"
 	"github.com/searchsync/searchsync/projections/dryrun"
 	"github.com/searchsync/searchsync/relay"
@@ -68,7 +68,9 @@ func (o *observer) registerLinked(consumer string, c *search.Consumer) {
 	if o == nil || o.reg == nil {
 		return
 	}
-	st := func(f func(linked.Stats) int64) func() uint64 { return func() uint64 { return uint64(f(c.LinkedStats())) } }
+	st := func(f func(linked.Stats) int64) func() uint64 {
+		return func() uint64 { return uint64(f(c.LinkedStats())) }
+	}
 	metrics.RegisterLinked(o.reg, consumer, metrics.Linked{
 		Conflicts:     st(func(s linked.Stats) int64 { return s.Conflicts }),
 		FanOut:        st(func(s linked.Stats) int64 { return s.FanOut }),

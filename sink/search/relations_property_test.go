@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,9 +109,9 @@ func TestRelationPropertyFailsWithoutTheSourceGuard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the property test on a mutant")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -425,7 +424,6 @@ func (h *history) produce(w *relWorld) []*outbox.Event {
 
 // refDoc is the expected document of an entity.
 type refDoc struct {
-	alias  string
 	kind   byte
 	fields map[string]any // the entity's fields (nil: never existed)
 	live   bool
