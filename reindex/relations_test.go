@@ -286,25 +286,30 @@ func TestReindexOfAnIndexRelationsReach(t *testing.T) {
 	// Every document of the new index equals the reference's (the
 	// versions kept in _ss aside: outbox ids of events seen).
 	for _, pair := range [][2]string{{b.alias, ref}, {pers, refPers}} {
-		got, want := b.linkedDocs(pair[0]), b.linkedDocs(pair[1])
-		if len(got) != len(want) || len(got) == 0 {
-			t.Fatalf("%s holds %d documents, the reference %d", pair[0], len(got), len(want))
-		}
-		bad := 0
-		for id, w := range want {
-			if g := got[id]; !reflect.DeepEqual(g, w) {
-				if bad++; bad <= 3 {
-					gb, _ := json.Marshal(g)
-					wb, _ := json.Marshal(w)
-					t.Errorf("%s/%s:\n got %s\nwant %s", pair[0], id, gb, wb)
-				}
+		sameDocs(t, pair[0], b.linkedDocs(pair[0]), b.linkedDocs(pair[1]))
+	}
+}
+
+// sameDocs fails the test unless got holds exactly the documents of want.
+func sameDocs(t *testing.T, index string, got, want map[string]map[string]any) {
+	t.Helper()
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%s holds %d documents, the reference %d", index, len(got), len(want))
+	}
+	bad := 0
+	for id, w := range want {
+		if g := got[id]; !reflect.DeepEqual(g, w) {
+			if bad++; bad <= 3 {
+				gb, _ := json.Marshal(g)
+				wb, _ := json.Marshal(w)
+				t.Errorf("%s/%s:\n got %s\nwant %s", index, id, gb, wb)
 			}
 		}
-		if bad > 0 {
-			t.Fatalf("%d of %d documents of %s differ from the reference", bad, len(want), pair[0])
-		}
-		t.Logf("%s: %d documents equal the reference", pair[0], len(want))
 	}
+	if bad > 0 {
+		t.Fatalf("%d of %d documents of %s differ from the reference", bad, len(want), index)
+	}
+	t.Logf("%s: %d documents equal the reference", index, len(want))
 }
 
 // linkedDocs reads every document of alias's index (hidden ones too),
