@@ -227,6 +227,18 @@ func (f *LinkedFold) link(r *Result) Step {
 	e := (*table)[key]
 	full := r.Op == OpIndex && r.Snapshot && !r.Partial
 	if sourceGuard && e != nil && (r.Version < e.V || (r.Version == e.V && !full)) {
+		// Applied before (a redelivery, a replay): the item stays as it
+		// is, but its copy of the other entity's fields is brought up to
+		// date from the other document as read now. The first delivery may
+		// have written the item and failed before the fan-out that brings
+		// a change of the other entity made meanwhile (its write of the
+		// backref met that change, and the fan-out's read failed): the
+		// retry finds item and backref written, and nothing else would
+		// bring the change. A copy only moves to a newer version with other
+		// values, so a replay of an up-to-date document changes nothing.
+		if l.Kind == LinkItem && e.X && e.Other == l.OtherID {
+			f.copyOther(l)
+		}
 		return Stale
 	}
 	if *table == nil {
@@ -257,11 +269,17 @@ func (f *LinkedFold) link(r *Result) Step {
 	w.SetKey(RelationItemID, l.Relation)
 	w.SetKey(l.Endpoint.OtherID, l.OtherID)
 	f.items[key] = w.Doc()
+	f.copyOther(l)
+	return Applied
+}
+
+// copyOther brings the item of l the other endpoint's fields as others
+// reads them (when newer than the copy held).
+func (f *LinkedFold) copyOther(l *Link) {
 	if len(l.Endpoint.OtherFields) > 0 && f.others != nil {
 		v, doc := f.others(l.OtherIndex, l.OtherID)
 		f.other(l.Field, l.OtherID, v, l.Endpoint.OtherValues(doc))
 	}
-	return Applied
 }
 
 // other brings a newer copy of another entity's fields.
