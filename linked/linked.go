@@ -145,6 +145,11 @@ type Doc struct {
 	engineVersion int64
 	fold          *projections.LinkedFold
 	attempt       int
+	// what other documents copy from the read state, and the entity's
+	// version, folded once per read (shown)
+	shownDoc map[string]any
+	shownV   int64
+	shownOK  bool
 }
 
 // Write folds and writes docs, and then the fan-out of the entities whose
@@ -170,12 +175,7 @@ func (w *Writer) Write(ctx context.Context, docs []*Doc) {
 		if o == nil || !o.found {
 			return 0, nil
 		}
-		f, err := projections.NewLinkedFold(o.Rules, w.cfg.Projections.RelationFields(o.Index), o.doc, o.engineVersion, nil)
-		if err != nil {
-			return 0, nil
-		}
-		_, v := f.EntityDoc()
-		return v, f.Shown()
+		return w.shown(o)
 	}
 	todo := slices.Clone(docs)
 	var fan []*fanOut
@@ -314,7 +314,7 @@ func (w *Writer) read(ctx context.Context, docs []*Doc) {
 				continue
 			}
 			g, ok := got[d.ID]
-			d.found, d.source, d.doc = ok, nil, nil
+			d.found, d.source, d.doc, d.shownOK = ok, nil, nil, false
 			if !ok {
 				continue
 			}
@@ -362,6 +362,11 @@ func (w *Writer) fold(d *Doc, others func(index, id string) (int64, map[string]a
 		return nil, fmt.Errorf("does not encode: %w", err)
 	}
 	if d.found {
+		// A document read as the fold writes it is unchanged, without
+		// encoding what was read.
+		if bytes.Equal(d.source, b) {
+			return nil, nil
+		}
 		if old, err := projections.Encode(d.doc); err == nil && bytes.Equal(old, b) {
 			return nil, nil
 		}
@@ -415,9 +420,7 @@ func (w *Writer) fanOutOf(d *Doc) []*fanOut {
 	_, v = f.EntityDoc()
 	var before map[string]any
 	if d.found {
-		if old, err := projections.NewLinkedFold(d.Rules, w.cfg.Projections.RelationFields(d.Index), d.doc, d.engineVersion, nil); err == nil {
-			before = old.Shown()
-		}
+		_, before = w.shown(d)
 	}
 	var out []*fanOut
 	for _, b := range refs {
@@ -439,6 +442,22 @@ func (w *Writer) fanOutOf(d *Doc) []*fanOut {
 		out = out[:w.cfg.MaxFanOut]
 	}
 	return out
+}
+
+// shown returns the version of the entity in d's read state and what other
+// documents copy from it (projections.LinkedFold.Shown; 0, nil when the
+// state does not fold), folded once per read: the items of a batch's
+// relation events look up the same other endpoint again and again, and its
+// fan-out what it was before.
+func (w *Writer) shown(d *Doc) (int64, map[string]any) {
+	if !d.shownOK {
+		d.shownV, d.shownDoc, d.shownOK = 0, nil, true
+		if f, err := projections.NewLinkedFold(d.Rules, w.cfg.Projections.RelationFields(d.Index), d.doc, d.engineVersion, nil); err == nil {
+			_, d.shownV = f.EntityDoc()
+			d.shownDoc = f.Shown()
+		}
+	}
+	return d.shownV, d.shownDoc
 }
 
 func equal(a, b map[string]any) bool {
