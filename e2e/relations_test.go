@@ -481,7 +481,7 @@ func (rw *relWorld) compare(alias string, got, want map[string]indexer.Doc) {
 		}
 		if g, w := comparable(t, gd.Source, nil), comparable(t, wd.Source, map[string]string{rw.refCust: rw.cust, rw.refPers: rw.pers}); !reflect.DeepEqual(g, w) {
 			if bad++; bad <= 3 {
-				t.Errorf("%s/%s differs from the reference:\n got %s\nwant %s", alias, id, gd.Source, wd.Source)
+				t.Errorf("%s/%s differs from the reference:\n got %s\nwant %s\n%s", alias, id, gd.Source, wd.Source, rw.history(id))
 			}
 		}
 	}
@@ -866,4 +866,30 @@ func (rw *relWorld) checkTruth(mix *contactMix) {
 	if bad > 0 {
 		t.Errorf("%d documents of the reference differ from the mix's state", bad)
 	}
+}
+
+// history lists the events of the outbox that reach document id: its
+// entity's and those of the relations that name it (for a failure's log).
+func (rw *relWorld) history(id string) string {
+	rows, err := rw.db.Pool.Query(rw.ctx, `SELECT id, event_type, aggregate_id::text, payload->>'version', attempts, created_at
+		FROM aa_outbox_event WHERE aggregate_id::text = $1 OR payload->>'source_entity_id' = $1 OR payload->>'target_entity_id' = $1
+		ORDER BY id LIMIT 300`, id)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	b.WriteString("its events (id, type, aggregate, version, attempts, created):")
+	for rows.Next() {
+		var (
+			eid, attempts int64
+			typ, agg, v   string
+			at            time.Time
+		)
+		if err := rows.Scan(&eid, &typ, &agg, &v, &attempts, &at); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "\n  %d %s %s v%s attempts %d %s", eid, typ, agg, v, attempts, at.Format("15:04:05.000"))
+	}
+	return b.String()
 }
