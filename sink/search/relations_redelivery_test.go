@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -25,10 +26,38 @@ type raceEngine struct {
 	beforeBulk func()
 	failAlias  string
 	failNext   bool
+	// refuse: every write of alias/id fails (503), the others of the same
+	// request are written.
+	refuse bool
 }
 
 func (e *raceEngine) Bulk(ctx context.Context, ops []indexer.BulkOp) ([]indexer.BulkResult, error) {
 	e.mu.Lock()
+	if e.refuse {
+		// The writes of alias/id are answered 503; the others are sent.
+		var send []indexer.BulkOp
+		var at []int
+		out := make([]indexer.BulkResult, len(ops))
+		for i, op := range ops {
+			if op.Index == e.alias && op.ID == e.id {
+				out[i] = indexer.BulkResult{Status: 503, ErrType: "unavailable_shards_exception", ErrReason: "injected"}
+				continue
+			}
+			send, at = append(send, op), append(at, i)
+		}
+		e.mu.Unlock()
+		if len(send) == 0 {
+			return out, nil
+		}
+		res, err := e.Engine.Bulk(ctx, send)
+		if err != nil {
+			return nil, err
+		}
+		for j, r := range res {
+			out[at[j]] = r
+		}
+		return out, nil
+	}
 	hook := e.beforeBulk
 	for _, op := range ops {
 		if hook != nil && op.Index == e.alias && op.ID == e.id {
@@ -100,6 +129,41 @@ func TestRelationRedeliveredAfterItsFanOutFailedBringsTheRename(t *testing.T) {
 	p, d := w.get(w.persons, pers)
 	its := items(p, "contact_of")
 	if len(its) != 1 || its[0]["name"] != "New Name" {
+		t.Fatalf("the person's item keeps the customer's old name: %v\n%s", its, d.Source)
+	}
+}
+
+// A relation event whose write of the person's item succeeded while the
+// write of the customer's backref failed is retried; the customer is
+// renamed in between (no backref yet: no fan-out). The retry finds the
+// item written (stale) and writes the backref: the person's item must get
+// the new name.
+func TestRelationRetriedAfterAPartialWriteBringsTheRename(t *testing.T) {
+	w := setupRelations(t)
+	cust, pers, rel := uuid.New(), uuid.New(), uuid.New()
+	w.deliver(w.produce(
+		customer.Created(ch(cust, 1, map[string]any{"display_name": "Old Name", "status": "active"})),
+		contacts.PersonEvent("created", contacts.Person{ID: pers, Version: 1, After: map[string]any{"display_name": "Ada Lovelace", "email": "ada@example.com"}}),
+	))
+	relation := w.produce(contacts.ContactEvent("created", contacts.Contact{ID: rel, Customer: cust, Person: pers, Version: 1, After: map[string]any{"role": "billing"}}))
+	eng := &raceEngine{Engine: w.eng, alias: w.alias, id: cust.String(), refuse: true}
+	partial := w.newConsumer(func(c *search.Config) {
+		c.Engine = eng
+		c.Writer = indexer.NewWriter(eng, indexer.WriterConfig{RetryInitial: time.Millisecond, RetryElapsed: 10 * time.Millisecond})
+	})
+	if o := partial.Deliver(w.ctx, relation)[0]; o.Kind.Delivered() {
+		t.Fatalf("the relation was delivered although the customer's write failed: %s %s", o.Kind, o.Reason)
+	}
+	p, _ := w.get(w.persons, pers)
+	if its := items(p, "contact_of"); len(its) != 1 || its[0]["name"] != "Old Name" {
+		t.Fatalf("the person's item after the partial write: %v", p)
+	}
+	w.deliver(w.produce(customer.Updated(ch(cust, 2, map[string]any{"display_name": "New Name"}))))
+	if o := w.cons.Deliver(w.ctx, relation)[0]; !o.Kind.Delivered() {
+		t.Fatalf("the relation delivered again: %s %s", o.Kind, o.Reason)
+	}
+	p, d := w.get(w.persons, pers)
+	if its := items(p, "contact_of"); len(its) != 1 || its[0]["name"] != "New Name" {
 		t.Fatalf("the person's item keeps the customer's old name: %v\n%s", its, d.Source)
 	}
 }
