@@ -8,7 +8,7 @@
 # env:
 #   OPENSEARCH_PORT           HTTP port (default 9200; transport uses port+100)
 #   OPENSEARCH_HOME           data/home dir to keep (default: a temporary dir, removed by `stop`)
-#   OPENSEARCH_HEAP           JVM heap flags (default "-Xms512m -Xmx512m")
+#   OPENSEARCH_HEAP           JVM heap flags (default "-Xms1g -Xmx1g")
 #   OPENSEARCH_JAVA_OPTS      extra JVM flags (default empty)
 #   OPENSEARCH_START_TIMEOUT  seconds to wait for a healthy node (default 180)
 #   SEARCHSYNC_RUN_DIR        pid/log/state files go to $SEARCHSYNC_RUN_DIR/opensearch (default /tmp/searchsync-run)
@@ -26,7 +26,7 @@ JAR="$TARGET_DIR/opensearch-launcher-1.0.0.jar"
 MARKER="opensearch-launcher/target/"
 MVN_ARGS=""
 PORT="${OPENSEARCH_PORT:-9200}"
-HEAP="${OPENSEARCH_HEAP:--Xms512m -Xmx512m}"
+HEAP="${OPENSEARCH_HEAP:--Xms1g -Xmx1g}"
 JAVA_OPTS="${OPENSEARCH_JAVA_OPTS:-}"
 START_TIMEOUT="${OPENSEARCH_START_TIMEOUT:-180}"
 RUN_DIR="${SEARCHSYNC_RUN_DIR:-/tmp/searchsync-run}/opensearch"
