@@ -89,6 +89,12 @@ type Config struct {
 	// copy of its fields to (relations' other_fields; linked.Config).
 	// Default 1000.
 	MaxFanOut int
+	// LinkedRound bounds the documents of linked indexes one round of a
+	// batch reads, folds and writes (whole events per round, in order): a
+	// batch of thousands of events on large documents (a customer with
+	// many contacts) would otherwise hold them all decoded at once.
+	// Default 1000.
+	LinkedRound int
 	// DisableCoalescing writes every event's state on its own (one bulk
 	// round per event of a document) instead of one write per document and
 	// batch. For measuring the effect of coalescing; default false.
@@ -171,6 +177,7 @@ func New(cfg Config) (*Consumer, error) {
 	c.cfg.Name = cmp.Or(cfg.Name, "search")
 	c.cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 30*time.Second)
 	c.cfg.StateCache = cmp.Or(cfg.StateCache, DefaultStateCache)
+	c.cfg.LinkedRound = cmp.Or(cfg.LinkedRound, DefaultLinkedRound)
 	c.states = newStateCache(c.cfg.StateCache)
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)

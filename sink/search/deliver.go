@@ -117,7 +117,7 @@ func (c *Consumer) Deliver(ctx context.Context, events []*outbox.Event) []delive
 	// 3. Coalesce and write; the documents relations reach are read,
 	// folded and written by the linked writer.
 	c.write(ctx, order, out)
-	c.writeLinked(ctx, &links, out)
+	c.writeLinked(ctx, events, &links, out)
 
 	// 4. Order per aggregate: after the first event that was not delivered,
 	// nothing of the aggregate counts.

@@ -3,11 +3,13 @@ package search
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/searchsync/searchsync/delivery"
 	"github.com/searchsync/searchsync/linked"
 	"github.com/searchsync/searchsync/mapping"
+	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 )
 
@@ -42,14 +44,69 @@ func (b *linkedBatch) add(ev int, def *mapping.Def, alias string, res *projectio
 	d.evs = append(d.evs, ev)
 }
 
-// writeLinked writes the batch's linked documents through the linked
-// writer, to the alias and to the targets of a running reindex of it, and
-// gives each event the worst outcome of the documents it reached (an
-// event of a relation reaches up to four).
-func (c *Consumer) writeLinked(ctx context.Context, b *linkedBatch, out []delivery.Outcome) {
+// DefaultLinkedRound is Config.LinkedRound's default.
+const DefaultLinkedRound = 1000
+
+// writeLinked writes the batch's linked documents in rounds of at most
+// about Config.LinkedRound documents, whole events per round in event order: an
+// event's documents (an item and the backref it is copied under) are
+// read, folded and written in one round, and the events of an aggregate
+// after one that was not delivered are not attempted in a later round.
+func (c *Consumer) writeLinked(ctx context.Context, events []*outbox.Event, b *linkedBatch, out []delivery.Outcome) {
 	if len(b.docs) == 0 {
 		return
 	}
+	type ref struct {
+		ld *linkedDoc
+		i  int
+	}
+	byEv := map[int][]ref{}
+	var evs []int
+	for _, ld := range b.docs {
+		for i, ev := range ld.evs {
+			if byEv[ev] == nil {
+				evs = append(evs, ev)
+			}
+			byEv[ev] = append(byEv[ev], ref{ld, i})
+		}
+	}
+	slices.Sort(evs)
+	stopped := map[aggregateKey]bool{}
+	for start := 0; start < len(evs); {
+		subs := map[*linkedDoc]*linkedDoc{}
+		var round []*linkedDoc
+		end := start
+		for ; end < len(evs) && (end == start || len(round) < c.cfg.LinkedRound); end++ {
+			ev := evs[end]
+			if key, ok := aggregateOf(events[ev]); ok && stopped[key] {
+				continue // after an event of its aggregate that was not delivered
+			}
+			for _, r := range byEv[ev] {
+				sub := subs[r.ld]
+				if sub == nil {
+					sub = &linkedDoc{def: r.ld.def, alias: r.ld.alias, id: r.ld.id, index: r.ld.index}
+					subs[r.ld] = sub
+					round = append(round, sub)
+				}
+				sub.steps = append(sub.steps, r.ld.steps[r.i])
+				sub.evs = append(sub.evs, ev)
+			}
+		}
+		c.writeLinkedRound(ctx, round, out)
+		for _, ev := range evs[start:end] {
+			if key, ok := aggregateOf(events[ev]); ok && !out[ev].Kind.Delivered() {
+				stopped[key] = true
+			}
+		}
+		start = end
+	}
+}
+
+// writeLinkedRound writes linked documents through the linked writer, to
+// the alias and to the targets of a running reindex of it, and gives each
+// event the worst outcome of the documents it reached (an event of a
+// relation reaches up to four).
+func (c *Consumer) writeLinkedRound(ctx context.Context, lds []*linkedDoc, out []delivery.Outcome) {
 	var docs []*linked.Doc
 	var owner []*linkedDoc
 	var dual []bool
@@ -62,7 +119,7 @@ func (c *Consumer) writeLinked(ctx context.Context, b *linkedBatch, out []delive
 		set[ev] = true
 		out[ev] = o
 	}
-	for _, ld := range b.docs {
+	for _, ld := range lds {
 		var extra []string
 		if c.cfg.DualWrites != nil {
 			x, err := c.cfg.DualWrites.For(ctx, ld.alias)

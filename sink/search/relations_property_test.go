@@ -65,7 +65,10 @@ func TestRelationPropertyInterleavings(t *testing.T) {
 		len(evs), len(h.txs), len(h.custs), len(h.pers), len(h.rels), time.Since(start).Round(time.Millisecond))
 
 	t0 := time.Now()
-	cons := []*search.Consumer{w.newConsumer(nil), w.newConsumer(nil), w.newConsumer(nil)}
+	// One consumer writes its linked documents in rounds of a few, so that
+	// events of one batch are split across rounds.
+	small := func(c *search.Config) { c.LinkedRound = 5 }
+	cons := []*search.Consumer{w.newConsumer(nil), w.newConsumer(small), w.newConsumer(nil)}
 	st := runInterleaved(t, w.ctx, cons, evs, seed+1, true)
 	var ls linked.Stats
 	for _, c := range cons {
@@ -95,7 +98,7 @@ func TestRelationPropertyInterleavings(t *testing.T) {
 	}
 	assertUnchanged(t, "replay through one consumer", got, readAll(t, w, h))
 	// And through three, interleaved, with redeliveries.
-	cons = []*search.Consumer{w.newConsumer(nil), w.newConsumer(nil), w.newConsumer(nil)}
+	cons = []*search.Consumer{w.newConsumer(small), w.newConsumer(nil), w.newConsumer(nil)}
 	st = runInterleaved(t, w.ctx, cons, w.replayAll(), seed+2, true)
 	assertUnchanged(t, "replay through three consumers", got, readAll(t, w, h))
 	t.Logf("replays in %s (%s); total %s", time.Since(t1).Round(time.Millisecond), st, time.Since(start).Round(time.Millisecond))
