@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/searchsync/searchsync/outbox"
 	"github.com/searchsync/searchsync/projections"
 	"github.com/searchsync/searchsync/relay"
+	"github.com/searchsync/searchsync/sink/search"
 )
 
 // BenchmarkRelations is BenchmarkEndToEndRealistic on a relation-heavy
@@ -380,7 +382,18 @@ func benchRelations(b *testing.B, wl relWorkload, pin bool) {
 			default:
 			}
 		}
-		cons := w.newConsumer(stateCacheKnob(b))
+		cons := w.newConsumer(func(c *search.Config) {
+			stateCacheKnob(b)(c)
+			// SEARCHSYNC_BENCH_LINKED_ROUND: the documents of a round
+			// (search.Config.LinkedRound), to compare with the default.
+			if v := os.Getenv("SEARCHSYNC_BENCH_LINKED_ROUND"); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					b.Fatalf("SEARCHSYNC_BENCH_LINKED_ROUND=%q: %v", v, err)
+				}
+				c.LinkedRound = n
+			}
+		})
 		cfg.Routes = []relay.Route{{Consumer: cons, Match: func(et, at string) bool {
 			return strings.HasPrefix(et, "entity.customer.") || strings.HasPrefix(et, "entity.person.") || strings.HasPrefix(et, "relation.customer_contact.")
 		}}}
