@@ -250,25 +250,7 @@ func benchRealistic(b *testing.B, w loadgen.Workload, pin bool) {
 		}
 		raw2, raw2CPU := rawRate()
 
-		rawPerSec := (raw1.PerSecond + raw2.PerSecond) / 2
-		rate := float64(n) / e2e.Seconds()
-		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-		busy := 100 * float64(cpu.MachineBusy) / float64(max(cpu.MachineBusy+cpu.MachineIdle, 1))
-		b.ReportMetric(rate/rawPerSec, "ratio")
-		b.ReportMetric(rate, "e2e_events/s")
-		b.ReportMetric(rawPerSec, "raw_docs/s")
-		b.ReportMetric(us(cpu.Self), "searchsync_µs/event")
-		b.ReportMetric(us(gc), "gc_µs/event")
-		b.ReportMetric(us(cpu.Postgres), "postgres_µs/event")
-		b.ReportMetric(us(cpu.Engine), "engine_µs/event")
-		b.ReportMetric(busy, "busy_%")
-		if cores := cpu.CoreBusy(); pin && len(cores) > 1 {
-			// Pinned: CPU 1 is the engine's, CPU 0 PostgreSQL's and
-			// searchsync's; a core near 100 % is the bound.
-			b.ReportMetric(cores[0], "core0_busy_%")
-			b.ReportMetric(cores[1], "core1_busy_%")
-		}
-		b.ReportMetric(float64(peak)/(1<<20), "heap_peak_MiB")
+		rate, rawPerSec := reportEndToEnd(b, n, e2e, raw1, raw2, cpu, gc, peak, pin)
 		b.Logf("%d events in %s = %.0f/s with %d relays; raw before %s, after %s; ratio %.2f", n, e2e.Round(time.Millisecond), rate, relays, raw1, raw2, rate/rawPerSec)
 		for i, r := range rs {
 			st := r.Stats()
@@ -435,4 +417,32 @@ func relayKnobs(b *testing.B, cfg *relay.Config) {
 			*field = n
 		}
 	}
+}
+
+// reportEndToEnd reports an end-to-end benchmark's figures of n events
+// delivered in e2e, beside the raw _bulk before and after it: the ratio,
+// the rates, the CPU per event of each process, the machine's (and, pinned,
+// each core's) busy share and the heap's peak. It returns the events and
+// the raw documents per second.
+func reportEndToEnd(b *testing.B, n int, e2e time.Duration, raw1, raw2 indexer.BulkRate, cpu testenv.CPU, gc time.Duration, peak uint64, pin bool) (rate, rawPerSec float64) {
+	rawPerSec = (raw1.PerSecond + raw2.PerSecond) / 2
+	rate = float64(n) / e2e.Seconds()
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	busy := 100 * float64(cpu.MachineBusy) / float64(max(cpu.MachineBusy+cpu.MachineIdle, 1))
+	b.ReportMetric(rate/rawPerSec, "ratio")
+	b.ReportMetric(rate, "e2e_events/s")
+	b.ReportMetric(rawPerSec, "raw_docs/s")
+	b.ReportMetric(us(cpu.Self), "searchsync_µs/event")
+	b.ReportMetric(us(gc), "gc_µs/event")
+	b.ReportMetric(us(cpu.Postgres), "postgres_µs/event")
+	b.ReportMetric(us(cpu.Engine), "engine_µs/event")
+	b.ReportMetric(busy, "busy_%")
+	if cores := cpu.CoreBusy(); pin && len(cores) > 1 {
+		// Pinned: CPU 1 is the engine's, CPU 0 PostgreSQL's and
+		// searchsync's; a core near 100 % is the bound.
+		b.ReportMetric(cores[0], "core0_busy_%")
+		b.ReportMetric(cores[1], "core1_busy_%")
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "heap_peak_MiB")
+	return rate, rawPerSec
 }

@@ -461,23 +461,7 @@ func benchRelations(b *testing.B, wl relWorkload, pin bool) {
 		raw2, raw2CPU := rawRate()
 
 		ls := cons.LinkedStats()
-		rawPerSec := (raw1.PerSecond + raw2.PerSecond) / 2
-		rate := float64(n) / e2e.Seconds()
-		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-		busy := 100 * float64(cpu.MachineBusy) / float64(max(cpu.MachineBusy+cpu.MachineIdle, 1))
-		b.ReportMetric(rate/rawPerSec, "ratio")
-		b.ReportMetric(rate, "e2e_events/s")
-		b.ReportMetric(rawPerSec, "raw_docs/s")
-		b.ReportMetric(us(cpu.Self), "searchsync_µs/event")
-		b.ReportMetric(us(gc), "gc_µs/event")
-		b.ReportMetric(us(cpu.Postgres), "postgres_µs/event")
-		b.ReportMetric(us(cpu.Engine), "engine_µs/event")
-		b.ReportMetric(busy, "busy_%")
-		if cores := cpu.CoreBusy(); pin && len(cores) > 1 {
-			b.ReportMetric(cores[0], "core0_busy_%")
-			b.ReportMetric(cores[1], "core1_busy_%")
-		}
-		b.ReportMetric(float64(peak)/(1<<20), "heap_peak_MiB")
+		rate, rawPerSec := reportEndToEnd(b, n, e2e, raw1, raw2, cpu, gc, peak, pin)
 		b.ReportMetric(float64(ls.Reads-ls0.Reads), "linked_reads")
 		b.ReportMetric(float64(ls.Writes-ls0.Writes), "linked_writes")
 		b.ReportMetric(float64(ls.Unchanged-ls0.Unchanged), "linked_unchanged")
