@@ -93,6 +93,7 @@ func TestInstanceThatDoesNotReturnAfterAnOutageIsTakenOver(t *testing.T) {
 	db, px, rec, a, stopB := sp.db, sp.px, sp.rec, sp.a, sp.stopB
 
 	px.Cut()
+	cutAt := time.Now()
 	// b stops while the database is away: its instance row stays behind,
 	// as a crashed relay's does.
 	stopB()
@@ -100,7 +101,7 @@ func TestInstanceThatDoesNotReturnAfterAnOutageIsTakenOver(t *testing.T) {
 	for i := range aggs {
 		write(t, db, event(&aggs[i], "entity.customer.updated", "DDM_ENTITY", 1))
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == 0 }, "the leases lapsed during the outage")
+	outageLapsed(t, db, a, cutAt, ttl)
 	px.Up()
 	upAt := time.Now()
 	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts }, "the survivor owns every partition")
@@ -126,8 +127,9 @@ func TestRestartedInstanceTakesTheShareLeftForIt(t *testing.T) {
 	writeSteadily(t, db, parts)
 
 	px.Cut()
+	cutAt := time.Now()
 	stopB() // its row stays behind
-	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == 0 }, "the leases lapsed during the outage")
+	outageLapsed(t, db, a, cutAt, ttl)
 	px.Up()
 	upAt := time.Now()
 	testenv.Eventually(t, 60*time.Second, func() bool { return a.Stats().Partitions == parts/2 }, "the relay back holds its share")
@@ -439,4 +441,25 @@ func startSpread(t *testing.T, parts int, ttl time.Duration) spread {
 		return sp.a.Stats().Partitions == parts/2 && sp.b.Stats().Partitions == parts/2
 	}, "%d + %d partitions", parts/2, parts/2)
 	return sp
+}
+
+// outageLapsed waits until the outage that began at cutAt is longer than
+// the lease TTL: a counts no partition, and every lease and instance row
+// has expired by the database's clock. A relay that counts no partition
+// (its fence deadline, before the TTL) may still find its leases valid if
+// the database came back at once; the scenario is an outage longer than
+// the TTL.
+func outageLapsed(t *testing.T, db *testenv.DB, a *relay.Relay, cutAt time.Time, ttl time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		if time.Since(cutAt) <= ttl || a.Stats().Partitions != 0 {
+			return false
+		}
+		var leases, instances int
+		if err := db.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM aa_relay_lease WHERE expires_at > now()),
+		(SELECT count(*) FROM aa_relay_instance WHERE expires_at > now())`).Scan(&leases, &instances); err != nil {
+			t.Fatal(err)
+		}
+		return leases == 0 && instances == 0
+	}, "every lease and instance row expired during the outage")
 }
