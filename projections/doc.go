@@ -95,6 +95,16 @@
 // stores 1 for a zero value) is poison with a clear message, never dropped and
 // never indexed half-understood.
 //
+// # Relations
+//
+// A relation aggregate (`relations:`, Relation) reaches the documents of
+// the two entities it connects: Set.ProjectAll gives one result per
+// document, each with its Link (the relation's item, or the backref in the
+// other entity whose fields the item copies). The documents of such an
+// index (Set.Linked) are folded by LinkedFold, which keeps every source's
+// version inside the document (MetaKey) and the entity's existence
+// (LiveKey); package linked reads and writes them. docs/relations.md.
+//
 // # Errors
 //
 // Every error that retrying cannot fix is a *PoisonError; the consumer turns

@@ -90,11 +90,9 @@ type LinkedFold struct {
 	// others looks up the other endpoint of an item's relation.
 	others func(index, id string) (version int64, doc map[string]any)
 
-	// Applied steps by kind, for the caller's fan-out.
-	EntityApplied bool
-	// Backrefs are the entry keys of the backrefs this fold changed.
+	// Backrefs are the entry keys of the backrefs this fold changed (for
+	// the caller's fan-out).
 	Backrefs []string
-	applied  int
 }
 
 // NewLinkedFold starts a fold onto doc (nil: no document yet), a document
@@ -162,27 +160,20 @@ func NewLinkedFold(rules Rules, fields []string, doc map[string]any, engineVersi
 
 // Apply folds one result onto the document and says what it did.
 func (f *LinkedFold) Apply(r *Result) Step {
-	var st Step
 	switch {
 	case r.Op == OpIgnore:
 		return Ignored
 	case r.Link == nil:
-		st = f.entity.Apply(r)
-		if st == Applied {
-			f.EntityApplied = true
-			if r.Op == OpDelete {
-				f.cut(r.EventID)
-			}
+		st := f.entity.Apply(r)
+		if st == Applied && r.Op == OpDelete {
+			f.cut(r.EventID)
 		}
+		return st
 	case r.Link.Kind == LinkOther:
-		st = f.other(r.Link.Field, r.Link.OtherID, r.Link.OtherVersion, r.Link.Values)
+		return f.other(r.Link.Field, r.Link.OtherID, r.Link.OtherVersion, r.Link.Values)
 	default:
-		st = f.link(r)
+		return f.link(r)
 	}
-	if st == Applied {
-		f.applied++
-	}
-	return st
 }
 
 // cut drops every relation entry older than the entity's delete id.
@@ -294,9 +285,6 @@ func (f *LinkedFold) other(field, id string, version int64, values map[string]an
 	f.meta.O[key] = &otherCopy{V: version, F: values}
 	return Applied
 }
-
-// Applied reports how many results changed the document.
-func (f *LinkedFold) Applied() int { return f.applied }
 
 // EntityDoc returns the entity's part of the folded document (nil when the
 // entity does not exist) and its version.

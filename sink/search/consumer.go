@@ -16,7 +16,10 @@
 // from the state cache of the documents the consumer wrote last when the
 // batch's events continue their version (stateCache, Config.StateCache).
 // deliver.go projects a batch and finds the current states; write.go
-// folds, writes and settles the outcomes.
+// folds, writes and settles the outcomes. The documents of indexes that
+// relations reach carry their sources' versions inside and are written by
+// the linked writer (package linked) instead, guarded by their sequence
+// numbers, in rounds of whole events (linked.go).
 //
 // Searchable measures commit → searchable of the consumer's writes: when a
 // refresh made them visible, from the indexes' refresh counts.
