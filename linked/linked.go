@@ -416,8 +416,8 @@ func (w *Writer) fanOutOf(d *Doc) []*fanOut {
 	if len(refs) == 0 {
 		return nil
 	}
-	doc, v := f.Shown(), int64(0)
-	_, v = f.EntityDoc()
+	doc := f.Shown()
+	_, v := f.EntityDoc()
 	var before map[string]any
 	if d.found {
 		_, before = w.shown(d)
@@ -429,7 +429,7 @@ func (w *Writer) fanOutOf(d *Doc) []*fanOut {
 			continue
 		}
 		now := ep.OtherValues(doc)
-		if !stale && d.attempt == 0 && equal(now, ep.OtherValues(before)) {
+		if !stale && d.attempt == 0 && projections.SameDocument(now, ep.OtherValues(before)) {
 			continue
 		}
 		out = append(out, &fanOut{to: b, from: d.ID, version: v, values: now})
@@ -458,12 +458,6 @@ func (w *Writer) shown(d *Doc) (int64, map[string]any) {
 		}
 	}
 	return d.shownV, d.shownDoc
-}
-
-func equal(a, b map[string]any) bool {
-	x, err1 := projections.Encode(a)
-	y, err2 := projections.Encode(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
 // fanOut writes the copies to their documents (and to the reindex targets

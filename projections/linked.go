@@ -276,7 +276,7 @@ func (f *LinkedFold) copyOther(l *Link) {
 // other brings a newer copy of another entity's fields.
 func (f *LinkedFold) other(field, id string, version int64, values map[string]any) Step {
 	key := field + "/" + id
-	if c := f.meta.O[key]; c != nil && (version <= c.V || equalJSON(c.F, values)) {
+	if c := f.meta.O[key]; c != nil && (version <= c.V || SameDocument(c.F, values)) {
 		return Stale
 	}
 	if f.meta.O == nil {
@@ -462,7 +462,9 @@ func num(v any) int64 {
 	return 0
 }
 
-func equalJSON(a, b map[string]any) bool {
+// SameDocument reports whether two documents encode to the same bytes
+// (Encode: keys sorted), as the engine would store them.
+func SameDocument(a, b map[string]any) bool {
 	if len(a) != len(b) {
 		return false
 	}
