@@ -85,8 +85,10 @@ type DeclError struct {
 	File       string
 	Line       int
 	Projection string
-	Key        string
-	Reason     string
+	// Relation says that Projection names a relation (`relations:`).
+	Relation bool
+	Key      string
+	Reason   string
 }
 
 func (e *DeclError) Error() string {
@@ -98,7 +100,11 @@ func (e *DeclError) Error() string {
 		}
 	}
 	if e.Projection != "" {
-		return fmt.Sprintf("%s: projection %q: %s: %s", loc, e.Projection, e.Key, e.Reason)
+		what := "projection"
+		if e.Relation {
+			what = "relation"
+		}
+		return fmt.Sprintf("%s: %s %q: %s: %s", loc, what, e.Projection, e.Key, e.Reason)
 	}
 	return fmt.Sprintf("%s: %s: %s", loc, e.Key, e.Reason)
 }

@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -145,6 +146,14 @@ func (r *Relation) setDefaults() {
 
 // check validates the declaration and compiles its expressions.
 func (r *Relation) check() error {
+	err := r.checkDecl()
+	if de, ok := errors.AsType[*DeclError](err); ok {
+		de.Relation = true
+	}
+	return err
+}
+
+func (r *Relation) checkDecl() error {
 	bad := func(key, format string, args ...any) error {
 		return &DeclError{Projection: r.Name, Key: key, Reason: fmt.Sprintf(format, args...)}
 	}
